@@ -1,0 +1,150 @@
+"""The `graphwright` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Build, publish and query GraphRAG-style indexes.", no_args_is_help=True, add_completion=False)
+out = Console()
+err = Console(stderr=True)
+
+IndexOpt = Annotated[Path, typer.Option("--index", "-i", help="Index directory.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def index(
+    sources: Annotated[list[str], typer.Argument(help="Folders or files: .txt/.md, .jsonl, .parquet.")],
+    index_dir: IndexOpt,
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Pipeline YAML (see pipelines/).")] = None,
+    append: Annotated[bool, typer.Option("--append", help="Add/update these documents; do not delete documents missing from them.")] = False,
+    executor: Annotated[Optional[str], typer.Option(help="ray | local (overrides the config).")] = None,
+    address: Annotated[Optional[str], typer.Option(help="Ray cluster address to join.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Index SOURCES into an index directory and publish a new version."""
+    from graphwright.config import ConfigError, load_config
+    from graphwright.pipeline import NothingToIndex, run_index
+
+    overrides: dict = {}
+    if executor:
+        overrides.setdefault("execution", {})["executor"] = executor
+    if address:
+        overrides.setdefault("execution", {})["address"] = address
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as exc:
+        _fail(str(exc))
+    try:
+        summary = run_index(sources, index_dir, cfg, mirror=not append, show_progress=not as_json)
+    except NothingToIndex as exc:
+        _fail(f"{exc}. Nothing was changed in {index_dir}.")
+    if as_json:
+        out.print_json(json.dumps(summary, default=str))
+    else:
+        _print_summary(summary)
+
+
+def _print_summary(s: dict) -> None:
+    t = Table(title=f"graphwright index — {s['index']}", show_header=False, title_justify="left")
+    diff = s["documents_diff"]
+    extracted = s["chunks_extracted"]
+    t.add_row("documents", f"{s['documents']}  (new {diff['new']}, changed {diff['changed']}, unchanged {diff['unchanged']}, deleted {diff['deleted']})")
+    t.add_row("chunks", f"{s['chunks']}  ({extracted} extracted this run" + (", nothing to extract: all chunks were already extracted)" if extracted == 0 else ")"))
+    if s.get("chunks_failed"):
+        t.add_row("failed chunks", str(s["chunks_failed"]))
+    t.add_row("entities", str(s["entities"]))
+    t.add_row("relationships", str(s["relationships"]))
+    t.add_row("communities", f"{s['communities']}  (per level: " + ", ".join(f"L{k}={v}" for k, v in s["communities_per_level"].items()) + ")")
+    t.add_row("reports", str(s["reports"]))
+    t.add_row("seconds", "  ".join(f"{k} {v:.1f}" for k, v in s["seconds"].items()) + f"  total {sum(s['seconds'].values()):.1f}")
+    t.add_row("version", f"{s['version']}" + ("  (new)" if s["new_version"] else "  (unchanged: nothing new to publish)"))
+    if s["source_errors"]:
+        t.add_row("skipped inputs", str(len(s["source_errors"])))
+    out.print(t)
+
+
+@app.command()
+def query(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    index_dir: IndexOpt,
+    mode: Annotated[str, typer.Option(help="local | naive")] = "local",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Evidence chunks to return.")] = 10,
+    version: Annotated[Optional[int], typer.Option(help="Published version to query (default: latest).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Retrieve ranked evidence for QUESTION, with provenance."""
+    from graphwright.publish import NoPublishedVersion
+    from graphwright.query import query as run_query
+
+    try:
+        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version)
+    except (NoPublishedVersion, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        out.print_json(json.dumps(result, default=str))
+        return
+    out.print(f"[bold]{question}[/]  (mode {mode}, version {result['version']})")
+    for rank, e in enumerate(result["evidence"], 1):
+        via = f"  via {', '.join(e['via_entities'][:4])}" if e.get("via_entities") else ""
+        out.print(f"\n[bold]{rank}.[/] score {e['score']:.3f}  doc {e['title']!r} ({e['doc_id']})  chunk {e['chunk_id']}{via}", highlight=False)
+        text = " ".join(e["text"].split())
+        out.print("   " + (text[:400] + "…" if len(text) > 400 else text), highlight=False)
+    if result.get("reports"):
+        out.print("\n[bold]community reports[/]")
+        for r in result["reports"][:3]:
+            out.print(f"  L{r['level']} {r['title']} (rating {r['rating']}): {r['summary'][:200]}", highlight=False)
+
+
+@app.command()
+def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
+    """Row counts per table and the published versions."""
+    from graphwright import tables
+    from graphwright.publish import manifests
+    from graphwright.store import IndexStore
+
+    store = IndexStore(index_dir)
+    if not (store.root / "tables").is_dir():
+        _fail(f"{index_dir}: not an index directory (no tables/)")
+    rows = {name: {"rows": store.count(name), "delta_version": store.version(name)} for name in tables.all_schemas() if store.exists(name)}
+    versions = [
+        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"], "counts": m["counts"]}
+        for m in manifests(store)
+    ]
+    if as_json:
+        out.print_json(json.dumps({"index": str(index_dir), "tables": rows, "versions": versions}))
+        return
+    t = Table(title=f"tables — {index_dir}", title_justify="left")
+    for col in ("table", "rows", "delta version"):
+        t.add_column(col, justify="right" if col != "table" else "left")
+    for name, r in rows.items():
+        t.add_row(name, str(r["rows"]), str(r["delta_version"]))
+    out.print(t)
+    v = Table(title="published versions", title_justify="left")
+    for col in ("version", "published at", "run", "documents", "entities", "communities"):
+        v.add_column(col)
+    for m in versions:
+        c = m["counts"]
+        v.add_row(str(m["version"]), m["published_at"][:19], m["run_id"], str(c.get("documents")), str(c.get("entities")), str(c.get("communities")))
+    out.print(v)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

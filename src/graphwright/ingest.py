@@ -1,0 +1,231 @@
+"""Ingest: read sources into document rows (plain functions), and diff them against the index.
+
+Sources: a folder of .txt/.md files (recursively), single .txt/.md files, JSONL and Parquet files
+with `id` (or `title`) and `text` columns. Each bad input becomes a SourceError naming the file
+and the reason; the rest is indexed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from graphwright import ids
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
+RECORD_SUFFIXES = {".jsonl", ".ndjson", ".parquet"}
+
+
+@dataclass(frozen=True)
+class SourceError:
+    source: str
+    reason: str
+
+
+@dataclass
+class Document:
+    source_key: str
+    source: str
+    title: str
+    text: str
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def doc_id(self) -> str:
+        return ids.doc_id(self.source_key)
+
+
+@dataclass
+class SourceBatch:
+    documents: list[Document]
+    errors: list[SourceError]
+    # sources that failed as a whole: documents indexed from them are kept, not treated as deleted
+    failed_sources: set[str]
+
+
+def decode_text(raw: bytes) -> str:
+    """Bytes to text, or ValueError with a reason a person can act on."""
+    if not raw.strip():
+        raise ValueError("empty file")
+    if b"\x00" in raw[:8192]:
+        raise ValueError("binary file (contains NUL bytes)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); convert it to UTF-8") from None
+    if not text.strip():
+        raise ValueError("empty file (whitespace only)")
+    return text
+
+
+def _title_from_text(text: str, fallback: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip().lstrip("\ufeff")
+        if line:
+            return line[:200]
+    return fallback
+
+
+def _read_text_file(path: Path, source_key: str) -> Document:
+    text = decode_text(path.read_bytes())
+    return Document(source_key=source_key, source=str(path), title=path.stem, text=text)
+
+
+def _record_documents(path: Path, records: Iterator[tuple[int, dict]], errors: list[SourceError]) -> Iterator[Document]:
+    for line_no, rec in records:
+        where = f"{path}:{line_no}"
+        if not isinstance(rec, dict):
+            errors.append(SourceError(where, "record is not an object"))
+            continue
+        text = rec.get("text")
+        key = rec.get("id") if rec.get("id") not in (None, "") else rec.get("title")
+        if key in (None, ""):
+            errors.append(SourceError(where, "record has neither 'id' nor 'title'"))
+            continue
+        if not isinstance(text, str) or not text.strip():
+            errors.append(SourceError(where, f"record {key!r} has no text"))
+            continue
+        metadata = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {
+            k: v for k, v in rec.items() if k not in ("id", "title", "text") and _jsonable(v)
+        }
+        yield Document(
+            source_key=str(key),
+            source=str(path),
+            title=str(rec.get("title") or key),
+            text=text,
+            metadata=metadata,
+        )
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _jsonl_records(path: Path, errors: list[SourceError]) -> Iterator[tuple[int, dict]]:
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield line_no, json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                errors.append(SourceError(f"{path}:{line_no}", f"invalid JSON line: {exc}"))
+
+
+def _parquet_records(path: Path) -> Iterator[tuple[int, dict]]:
+    import pyarrow.parquet as pq
+
+    row = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for rec in batch.to_pylist():
+            row += 1
+            yield row, rec
+
+
+def read_path(path: Path, source_key: str, errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
+    """Documents from one file; problems go to `errors` (and `failed` when the whole file is lost)."""
+    suffix = path.suffix.lower()
+    errors_before = len(errors)
+    try:
+        if suffix in TEXT_SUFFIXES:
+            yield _read_text_file(path, source_key)
+        elif suffix in {".jsonl", ".ndjson"}:
+            yield from _record_documents(path, _jsonl_records(path, errors), errors)
+        elif suffix == ".parquet":
+            yield from _record_documents(path, _parquet_records(path), errors)
+        else:
+            errors.append(SourceError(str(path), f"unsupported file type {suffix or '(none)'}; expected .txt, .md, .jsonl or .parquet"))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        errors.append(SourceError(str(path), reason))
+        failed.add(str(path))
+    if len(errors) > errors_before:
+        # a record we could not read may be one already indexed: keep this file's documents
+        failed.add(str(path))
+
+
+def read_sources(sources: list[str | Path]) -> SourceBatch:
+    """Read every source. Folder members are keyed by their path relative to the folder."""
+    documents: dict[str, Document] = {}
+    errors: list[SourceError] = []
+    failed: set[str] = set()
+    for source in sources:
+        root = Path(source)
+        if root.is_dir():
+            files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+            keyed = [(p, p.relative_to(root).as_posix()) for p in files]
+        elif root.exists():
+            keyed = [(root, root.name)]
+        else:
+            errors.append(SourceError(str(root), "no such file or directory"))
+            failed.add(str(root))
+            continue
+        for path, key in keyed:
+            for doc in read_path(path, key, errors, failed):
+                if doc.source_key in documents:
+                    other = documents[doc.source_key].source
+                    errors.append(SourceError(doc.source, f"duplicate document key {doc.source_key!r} (also in {other}); kept the first"))
+                    continue
+                documents[doc.source_key] = doc
+    return SourceBatch(list(documents.values()), errors, failed)
+
+
+def documents_table(docs: list[Document], run_id: str) -> pa.Table:
+    return pa.table(
+        {
+            "doc_id": [d.doc_id for d in docs],
+            "source_key": [d.source_key for d in docs],
+            "source": [d.source for d in docs],
+            "title": [d.title for d in docs],
+            "text": [d.text for d in docs],
+            "content_hash": [ids.content_hash(d.text) for d in docs],
+            "metadata": [json.dumps(d.metadata, sort_keys=True) if d.metadata else None for d in docs],
+            "n_chars": [len(d.text) for d in docs],
+            "run_id": [run_id] * len(docs),
+        }
+    )
+
+
+@dataclass
+class DocumentDiff:
+    new: list[str]
+    changed: list[str]
+    unchanged: list[str]
+    deleted: list[str]
+
+    def as_counts(self) -> dict[str, int]:
+        return {k: len(v) for k, v in vars(self).items()}
+
+
+def diff_documents(
+    incoming: pa.Table, indexed: pa.Table, *, mirror: bool, protected_sources: set[str] = frozenset()
+) -> DocumentDiff:
+    """Compare incoming (doc_id, content_hash) with the indexed ones.
+
+    In mirror mode, indexed documents absent from the input are deleted, except those read from
+    a source that failed to read this time (an unreadable file must not erase its documents).
+    """
+    old = dict(zip(indexed.column("doc_id").to_pylist(), indexed.column("content_hash").to_pylist()))
+    old_source = dict(zip(indexed.column("doc_id").to_pylist(), indexed.column("source").to_pylist()))
+    new_ids, changed, unchanged = [], [], []
+    seen = set()
+    for did, h in zip(incoming.column("doc_id").to_pylist(), incoming.column("content_hash").to_pylist()):
+        seen.add(did)
+        if did not in old:
+            new_ids.append(did)
+        elif old[did] != h:
+            changed.append(did)
+        else:
+            unchanged.append(did)
+    deleted = []
+    if mirror:
+        deleted = sorted(d for d in old if d not in seen and old_source[d] not in protected_sources)
+    return DocumentDiff(sorted(new_ids), sorted(changed), sorted(unchanged), deleted)

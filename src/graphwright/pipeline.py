@@ -1,0 +1,446 @@
+"""The index pipeline: stages over tables. Each stage reads named tables, derives its work from
+what they hold (so a stage killed halfway and rerun redoes exactly the missing part), and writes
+only its own tables. The computations are the plain functions of the stage modules; this module
+does the I/O, the batching to executors, and the accounting."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.chunking import Chunker
+from graphwright.cluster import cluster
+from graphwright.config import PipelineConfig
+from graphwright.embed import EmbedBatch, model_name
+from graphwright.executors import BatchStage, make_executor
+from graphwright.extract import extractor_key, make_extractor
+from graphwright.ingest import diff_documents, documents_table, read_sources
+from graphwright.progress import StageProgress, stderr_console
+from graphwright.reports import build_reports
+from graphwright.resolve import resolve
+from graphwright.store import IndexStore, sql_list
+from graphwright.vectors import build_index, save_index
+
+STAGES = ("ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish")
+
+
+class NothingToIndex(RuntimeError):
+    """No source could be read; the index was left as it was."""
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Run:
+    store: IndexStore
+    config: PipelineConfig
+    run_id: str
+    progress: StageProgress
+    log: Callable[[str], None]
+    executor: object = None
+    metrics: list[dict] = field(default_factory=list)
+
+    @contextmanager
+    def stage(self, name: str):
+        details: dict = {"rows_in": 0, "rows_out": 0}
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        yield details
+        row = {
+            "run_id": self.run_id,
+            "stage": name,
+            "wall_s": time.perf_counter() - wall,
+            "cpu_s": _cpu_seconds() - cpu,
+            "rows_in": int(details.pop("rows_in")),
+            "rows_out": int(details.pop("rows_out")),
+            "details": json.dumps(details, sort_keys=True, default=str),
+        }
+        self.metrics.append(row)
+        self.log(f"[bold]{name:<8}[/] {row['wall_s']:6.1f}s  " + ", ".join(f"{k}={v}" for k, v in details.items() if not isinstance(v, (dict, list))))
+
+    def map_batches(self, label: str, table: pa.Table, stage: BatchStage):
+        if self.executor is None:  # started on first use: a no-op run never starts Ray
+            self.executor = make_executor(self.config.execution)
+            self.log(f"executor: {self.executor.describe()}")
+        with self.progress.task(label, table.num_rows) as advance:
+            for batch in self.executor.map_batches(table, stage):
+                advance(batch.num_rows if label != "chunk" else len(set(batch.column("doc_id").to_pylist())))
+                yield batch
+
+
+def _read_by_ids(store: IndexStore, name: str, column: str, values: list[str], columns: list[str]) -> pa.Table:
+    parts = [
+        store.read(name, columns=columns, where=f'"{column}" IN {sql_list(values[o:o + 1000])}')
+        for o in range(0, len(values), 1000)
+    ]
+    return pa.concat_tables(parts) if parts else store.read(name, columns=columns).slice(0, 0)
+
+
+def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
+    return set(zip(table.column(a).to_pylist(), table.column(b).to_pylist()))
+
+
+# ---------------------------------------------------------------- stages
+
+
+def stage_ingest(run: Run, sources: list[str], mirror: bool) -> dict:
+    with run.stage("ingest") as m:
+        batch = read_sources(sources)
+        for err in batch.errors:
+            run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
+        if batch.errors:
+            run.store.upsert("source_errors", pa.Table.from_pylist(
+                [{"run_id": run.run_id, "source": e.source, "reason": e.reason} for e in batch.errors]))
+        if not batch.documents:
+            raise NothingToIndex(
+                f"no document could be read from {', '.join(map(str, sources))}"
+                + (f" ({len(batch.errors)} problems, listed above)" if batch.errors else "")
+            )
+        incoming = documents_table(batch.documents, run.run_id)
+        indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source"])
+        diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=batch.failed_sources)
+        write = set(diff.new) | set(diff.changed)
+        if write:
+            run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
+        if diff.deleted:
+            run.store.delete_in("documents", "doc_id", diff.deleted)
+        m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(batch.errors))
+        return {"diff": diff.as_counts(), "errors": [vars(e) for e in batch.errors]}
+
+
+def stage_chunk(run: Run) -> dict:
+    store, cfg = run.store, run.config
+    with run.stage("chunk") as m:
+        docs = store.read("documents", columns=["doc_id", "content_hash"])
+        chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
+        current = _pairs(docs, "doc_id", "content_hash")
+        todo = sorted(current - _pairs(chunks, "doc_id", "doc_hash"))
+        written = 0
+        if todo:
+            todo_ids = [d for d, _ in todo]
+            texts = _read_by_ids(store, "documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
+            stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens),
+                               batch_size=8, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+            pending: list[pa.Table] = []
+            for batch in run.map_batches("chunk", texts, stage):
+                pending.append(batch)
+                if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+                    written += _commit_chunks(store, pending)
+            written += _commit_chunks(store, pending)
+        # chunks of deleted documents, or cut from a document version that is gone
+        chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
+        stale = [c for c, d, h in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "doc_hash"))) if (d, h) not in current]
+        removed = store.delete_in("chunks", "chunk_id", stale) if stale else 0
+        m.update(rows_in=len(todo), rows_out=written, documents_chunked=len(todo), chunks_written=written, chunks_removed=removed)
+        return {"chunked_documents": len(todo), "chunks_written": written, "chunks_removed": removed}
+
+
+def _commit_chunks(store: IndexStore, pending: list[pa.Table]) -> int:
+    if not pending:
+        return 0
+    table = pa.concat_tables(pending)
+    pending.clear()
+    store.upsert("chunks", table)
+    return table.num_rows
+
+
+def _flatten(results: pa.Table, column: str, fields: list[str]) -> pa.Table:
+    """One row per element of the nested `column`, with the chunk's ids alongside."""
+    lists = results.column(column).combine_chunks()
+    parent = pc.list_parent_indices(lists)
+    values = pc.list_flatten(lists)
+    out = {c: pc.take(results.column(c), parent) for c in ("chunk_id", "doc_id", "extractor")}
+    for f in fields:
+        out[f] = pc.struct_field(values, f)
+    return pa.table(out)
+
+
+def _commit_extractions(store: IndexStore, run_id: str, results: list[pa.Table]) -> tuple[int, int, int]:
+    if not results:
+        return 0, 0, 0
+    res = pa.concat_tables(results)
+    results.clear()
+    chunk_ids = res.column("chunk_id").to_pylist()
+    mentions = _flatten(res, "mentions", ["name", "type", "description", "count"])
+    mentions = mentions.append_column("mention_id", pa.array([
+        ids.stable_id("mention", c, n, x) for c, n, x in zip(*(mentions.column(k).to_pylist() for k in ("chunk_id", "name", "extractor")))
+    ], pa.string()))
+    assertions = _flatten(res, "assertions", ["source", "target", "description", "weight"])
+    assertions = assertions.append_column("assertion_id", pa.array([
+        ids.stable_id("assertion", c, s, t, x) for c, s, t, x in zip(*(assertions.column(k).to_pylist() for k in ("chunk_id", "source", "target", "extractor")))
+    ], pa.string()))
+    # replace whatever an interrupted earlier attempt left for these chunks, then mark them done
+    for name, table in (("mentions", mentions), ("assertions", assertions)):
+        store.delete_in(name, "chunk_id", chunk_ids)
+        store.append(name, table)
+    markers = pa.table({
+        "chunk_id": res.column("chunk_id"),
+        "doc_id": res.column("doc_id"),
+        "extractor": res.column("extractor"),
+        "status": res.column("status"),
+        "n_mentions": pc.list_value_length(res.column("mentions")).cast(pa.int32()),
+        "n_assertions": pc.list_value_length(res.column("assertions")).cast(pa.int32()),
+        "error": res.column("error"),
+        "run_id": pa.array([run_id] * res.num_rows, pa.string()),
+    })
+    store.upsert("extractions", markers)
+    failed = res.num_rows - pc.sum(pc.equal(res.column("status"), "ok")).as_py()
+    return res.num_rows, mentions.num_rows, failed
+
+
+def stage_extract(run: Run) -> dict:
+    store, cfg = run.store, run.config
+    key = extractor_key(cfg.extract)
+    with run.stage("extract") as m:
+        chunks = store.read("chunks", columns=["chunk_id"])
+        chunk_set = set(chunks.column("chunk_id").to_pylist())
+        # lineage cleanup: extraction rows of chunks that no longer exist
+        removed = {}
+        for name in ("mentions", "assertions", "extractions"):
+            have = set(store.read(name, columns=["chunk_id"]).column("chunk_id").to_pylist())
+            gone = sorted(have - chunk_set)
+            removed[name] = store.delete_in(name, "chunk_id", gone) if gone else 0
+        done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'")
+        todo = sorted(chunk_set - set(done.column("chunk_id").to_pylist()))
+        extracted = mentions = failed = 0
+        if todo:
+            texts = _read_by_ids(store, "chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
+            extractor = make_extractor(cfg.extract)
+            stage = BatchStage("extract", type(extractor), (cfg.extract,), batch_size=cfg.extract.batch_size,
+                               num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+            pending: list[pa.Table] = []
+            for batch in run.map_batches("extract", texts, stage):
+                pending.append(batch)
+                if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+                    n, k, f = _commit_extractions(store, run.run_id, pending)
+                    extracted, mentions, failed = extracted + n, mentions + k, failed + f
+            n, k, f = _commit_extractions(store, run.run_id, pending)
+            extracted, mentions, failed = extracted + n, mentions + k, failed + f
+        m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
+                 chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed)
+        return {"chunks_extracted": extracted, "chunks_failed": failed, "extractor": key}
+
+
+def stage_resolve(run: Run) -> dict:
+    store = run.store
+    key = extractor_key(run.config.extract)
+    with run.stage("resolve") as m:
+        where = f"extractor = '{key}'"
+        mentions = store.read("mentions", where=where)
+        assertions = store.read("assertions", where=where)
+        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve)
+        changed = {}
+        for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships)):
+            changed[name] = store.replace_if_changed(name, table)[1]
+        m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,
+                 entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows)
+        return {"changed": any(changed.values())}
+
+
+def stage_cluster(run: Run) -> dict:
+    store = run.store
+    with run.stage("cluster") as m:
+        entities = store.read("entities", columns=["entity_id", "chunk_ids"])
+        relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
+        communities = cluster(entities, relationships, run.config.cluster)
+        store.replace_if_changed("communities", communities)
+        levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
+        per_level = {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
+        m.update(rows_in=entities.num_rows, rows_out=communities.num_rows, engine=run.config.cluster.engine, per_level=per_level)
+        return {"per_level": per_level}
+
+
+def stage_report(run: Run) -> dict:
+    store = run.store
+    with run.stage("report") as m:
+        communities = store.read("communities")
+        entities = store.read("entities")
+        relationships = store.read("relationships")
+        reports = build_reports(communities, entities, relationships, run.config.report)
+        store.replace_if_changed("community_reports", reports)
+        m.update(rows_in=communities.num_rows, rows_out=reports.num_rows, reports=reports.num_rows)
+        return {}
+
+
+def _embedding_inputs(store: IndexStore) -> dict[str, pa.Table]:
+    ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
+    chunks = store.read("chunks", columns=["chunk_id", "text"])
+    reports = store.read("community_reports", columns=["community_id", "full_content"])
+    entity_text = [f"{n} ({t}): {d}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
+    return {
+        "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
+        "chunk": pa.table({"item_id": chunks.column("chunk_id"), "text": chunks.column("text")}),
+        "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
+    }
+
+
+def stage_embed(run: Run) -> dict:
+    """Embed only rows whose text changed (keyed by a hash of model + text), in one pass over all
+    kinds so that one actor pool loads the model once; then rebuild each kind's vector index."""
+    store, cfg = run.store, run.config
+    model = model_name(cfg.embed)
+    counts, todo_parts, hash_of = {}, [], {}
+    with run.stage("embed") as m:
+        for kind, items in _embedding_inputs(store).items():
+            hashes = [ids.content_hash(model + "\x1f" + t) for t in items.column("text").to_pylist()]
+            items = items.append_column("text_hash", pa.array(hashes, pa.string()))
+            have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
+            current = _pairs(items, "item_id", "text_hash")
+            existing = _pairs(have, "item_id", "text_hash")
+            stale = sorted({i for i, _ in existing - current})
+            if stale:
+                store.delete_in("embeddings", "item_id", stale, also=f"kind = '{kind}' AND model = '{model}'")
+            todo = items.filter(pc.is_in(items["item_id"], pa.array(sorted({i for i, _ in current - existing}), pa.string())))
+            hash_of.update({(kind, i): h for i, h in zip(todo.column("item_id").to_pylist(), todo.column("text_hash").to_pylist())})
+            todo_parts.append(pa.table({"kind": pa.array([kind] * todo.num_rows, pa.string()),
+                                        "item_id": todo.column("item_id"), "text": todo.column("text")}))
+            counts[kind] = {"embedded": todo.num_rows, "reused": items.num_rows - todo.num_rows, "removed": len(stale)}
+        todo = pa.concat_tables(todo_parts)
+        stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
+                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+        pending: list[pa.Table] = []
+        for batch in run.map_batches("embed", todo, stage):
+            pending.append(batch)
+            if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+                _commit_vectors(store, model, hash_of, pending)
+        _commit_vectors(store, model, hash_of, pending)
+        files = {kind: _write_vector_index(store, kind, model, cfg) for kind in counts}
+        m.update(rows_in=sum(c["embedded"] + c["reused"] for c in counts.values()), rows_out=todo.num_rows, model=model, **counts)
+        return {"vector_indexes": files, "counts": counts}
+
+
+def _commit_vectors(store: IndexStore, model: str, hash_of: dict, pending: list[pa.Table]) -> None:
+    if not pending:
+        return
+    table = pa.concat_tables(pending)
+    pending.clear()
+    keys = list(zip(table.column("kind").to_pylist(), table.column("item_id").to_pylist()))
+    store.upsert("embeddings", pa.table({
+        "kind": table.column("kind"),
+        "item_id": table.column("item_id"),
+        "model": pa.array([model] * table.num_rows, pa.string()),
+        "text_hash": pa.array([hash_of[k] for k in keys], pa.string()),
+        "vector": table.column("vector"),
+    }))
+
+
+def _write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig) -> str:
+    """Build the ANN index for one kind; files are named by their content, so a published
+    version's files are never overwritten and unchanged vectors reuse the existing file."""
+    table = store.read("embeddings", columns=["item_id", "text_hash", "vector"], where=f"kind = '{kind}' AND model = '{model}'")
+    table = table.sort_by("item_id")
+    item_ids = table.column("item_id").to_pylist()
+    digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold,
+                           *table.column("text_hash").to_pylist(), *item_ids, length=16)
+    relative = f"vectors/{kind}-{digest}.faiss"
+    path = store.root / relative
+    if not path.exists():
+        flat = pc.list_flatten(table.column("vector")).to_numpy(zero_copy_only=False)
+        vectors = flat.reshape(len(item_ids), -1) if item_ids else np.zeros((0, 1), np.float32)
+        save_index(build_index(item_ids, vectors, cfg.vectors), path)
+    return relative
+
+
+def stage_publish(run: Run, vector_indexes: dict[str, str]) -> dict:
+    store = run.store
+    from graphwright import publish
+
+    with run.stage("publish") as m:
+        manifest = publish.publish(store, run.run_id, run.config, vector_indexes)
+        m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"], new_version=manifest["new"])
+        return manifest
+
+
+# ---------------------------------------------------------------- runner
+
+
+def new_run_id() -> str:
+    return _now().strftime("run-%Y%m%dT%H%M%S%fZ")
+
+
+def run_index(
+    sources: list[str],
+    index_dir: str | Path,
+    config: PipelineConfig,
+    *,
+    mirror: bool = True,
+    show_progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Index `sources` into `index_dir` and publish a version. Returns the run summary."""
+    store = IndexStore(index_dir)
+    store.root.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda msg: stderr_console.print(msg, highlight=False))
+    run = Run(store, config, new_run_id(), StageProgress(show_progress), log)
+    started = _now()
+    store.upsert("runs", pa.Table.from_pylist([_run_row(run, "index", started, None, "running", {}, None)]))
+    summary: dict = {"run_id": run.run_id, "index": str(store.root)}
+    try:
+        log(f"engines: extract={extractor_key(config.extract)} graph={config.cluster.engine} "
+            f"embed={model_name(config.embed)} vectors={config.vectors.engine} executor={config.execution.executor}")
+        ingest = stage_ingest(run, sources, mirror)
+        try:
+            stage_chunk(run)
+            extract = stage_extract(run)
+            stage_resolve(run)
+            clusters = stage_cluster(run)
+            stage_report(run)
+            embed = stage_embed(run)
+        finally:
+            if run.executor is not None:
+                run.executor.close()
+        manifest = stage_publish(run, embed["vector_indexes"])
+        counts = manifest["counts"]
+        summary.update(
+            documents=counts["documents"],
+            chunks=counts["chunks"],
+            chunks_extracted=extract["chunks_extracted"],
+            chunks_failed=extract["chunks_failed"],
+            entities=counts["entities"],
+            relationships=counts["relationships"],
+            communities=counts["communities"],
+            communities_per_level=clusters["per_level"],
+            reports=counts["community_reports"],
+            version=manifest["version"],
+            new_version=manifest["new"],
+            documents_diff=ingest["diff"],
+            source_errors=ingest["errors"],
+            embeddings=embed["counts"],
+            seconds={m["stage"]: round(m["wall_s"], 2) for m in run.metrics},
+        )
+        _finish(run, started, "succeeded", summary, None)
+        return summary
+    except BaseException as exc:
+        _finish(run, started, "failed", summary, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+def _run_row(run: Run, command: str, started, finished, status: str, summary: dict, error: str | None) -> dict:
+    return {
+        "run_id": run.run_id, "command": command, "started_at": started, "finished_at": finished,
+        "status": status, "config_hash": run.config.config_hash(), "summary": json.dumps(summary, default=str),
+        "error": error,
+    }
+
+
+def _finish(run: Run, started, status: str, summary: dict, error: str | None) -> None:
+    if run.metrics:
+        run.store.upsert("stage_metrics", pa.Table.from_pylist(run.metrics))
+    run.store.upsert("runs", pa.Table.from_pylist([_run_row(run, "index", started, _now(), status, summary, error)]))

@@ -1,0 +1,88 @@
+"""Publish: one `index_manifest` row pins the Delta version of every data table and the vector
+index files. Readers open a manifest version and read each table at its pinned version, so a
+published version never changes under them; rollback republishes an older manifest's pins."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from graphwright.config import PipelineConfig
+from graphwright.embed import model_name
+from graphwright.store import IndexStore
+
+DATA_TABLES = (
+    "documents", "chunks", "extractions", "mentions", "assertions", "entities", "entity_aliases",
+    "relationships", "communities", "community_reports", "embeddings",
+)
+
+
+class NoPublishedVersion(LookupError):
+    pass
+
+
+def manifests(store: IndexStore) -> list[dict]:
+    rows = store.read("index_manifest").to_pylist()
+    for row in rows:
+        for key in ("table_versions", "vector_indexes", "counts"):
+            row[key] = json.loads(row[key])
+    return sorted(rows, key=lambda r: r["version"])
+
+
+def load_manifest(store: IndexStore, version: int | None = None) -> dict:
+    rows = manifests(store)
+    if not rows:
+        raise NoPublishedVersion(f"{store.root}: no published index version (run `graphwright index` first)")
+    if version is None:
+        return rows[-1]
+    for row in rows:
+        if row["version"] == version:
+            return row
+    raise NoPublishedVersion(f"{store.root}: no version {version}; published: {[r['version'] for r in rows]}")
+
+
+def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str]) -> dict:
+    """Write a new manifest unless the latest one already pins exactly this state."""
+    versions = {name: store.ensure(name).version() for name in DATA_TABLES}
+    counts = {name: store.count(name) for name in DATA_TABLES}
+    previous = manifests(store)
+    latest = previous[-1] if previous else None
+    if latest and latest["table_versions"] == versions and latest["vector_indexes"] == vector_indexes \
+            and latest["config_hash"] == config.config_hash():
+        return {**latest, "new": False}
+    row = {
+        "version": (latest["version"] + 1) if latest else 1,
+        "published_at": datetime.now(timezone.utc),
+        "run_id": run_id,
+        "table_versions": json.dumps(versions, sort_keys=True),
+        "vector_indexes": json.dumps(vector_indexes, sort_keys=True),
+        "config_hash": config.config_hash(),
+        "config": config.model_dump_json(),
+        "embedding_model": model_name(config.embed),
+        "counts": json.dumps(counts, sort_keys=True),
+    }
+    store.upsert("index_manifest", pa.Table.from_pylist([row]))
+    return {**row, "table_versions": versions, "vector_indexes": vector_indexes, "counts": counts, "new": True}
+
+
+class PublishedIndex:
+    """Read access to one published version."""
+
+    def __init__(self, store: IndexStore, version: int | None = None):
+        self.store = store
+        self.manifest = load_manifest(store, version)
+        self.version = self.manifest["version"]
+
+    @property
+    def config(self) -> PipelineConfig:
+        return PipelineConfig.model_validate_json(self.manifest["config"])
+
+    def read(self, name: str, **kwargs) -> pa.Table:
+        return self.store.read(name, version=self.manifest["table_versions"][name], **kwargs)
+
+    def vector_index(self, kind: str):
+        from graphwright.vectors import load_index
+
+        return load_index(self.store.root / self.manifest["vector_indexes"][kind])
