@@ -53,7 +53,7 @@ def index(
     except NothingToIndex as exc:
         _fail(f"{exc}. Nothing was changed in {index_dir}.")
     if as_json:
-        out.print_json(json.dumps(summary, default=str))
+        typer.echo(json.dumps(summary, default=str))
     else:
         _print_summary(summary)
 
@@ -95,7 +95,7 @@ def query(
     except (NoPublishedVersion, ValueError) as exc:
         _fail(str(exc))
     if as_json:
-        out.print_json(json.dumps(result, default=str))
+        typer.echo(json.dumps(result, default=str))
         return
     out.print(f"[bold]{question}[/]  (mode {mode}, version {result['version']})")
     for rank, e in enumerate(result["evidence"], 1):
@@ -125,7 +125,7 @@ def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
         for m in manifests(store)
     ]
     if as_json:
-        out.print_json(json.dumps({"index": str(index_dir), "tables": rows, "versions": versions}))
+        typer.echo(json.dumps({"index": str(index_dir), "tables": rows, "versions": versions}))
         return
     t = Table(title=f"tables — {index_dir}", title_justify="left")
     for col in ("table", "rows", "delta version"):

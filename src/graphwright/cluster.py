@@ -58,10 +58,6 @@ def make_engine(name: str):
         return IgraphEngine()
     if name == "leidenalg":
         return LeidenalgEngine()
-    if name == "cugraph":
-        from graphwright.gpu.cugraph_engine import CugraphEngine
-
-        return CugraphEngine()
     raise ValueError(f"unknown graph engine {name!r}")
 
 

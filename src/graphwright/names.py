@@ -10,7 +10,7 @@ HONORIFICS = {
     "lord", "prof", "professor", "rev", "reverend", "capt", "captain", "gen", "general", "col",
     "colonel", "sgt", "sergeant", "president", "senator", "sen", "gov", "governor", "king", "queen",
     "prince", "princess", "master", "mistress", "uncle", "aunt", "father", "mother", "brother",
-    "sister", "saint", "st",
+    "sister", "saint", "st", "mayor", "judge", "chief", "officer", "inspector", "detective",
 }
 _POSSESSIVE = re.compile(r"['’]s$|['’]$", re.IGNORECASE)
 _PUNCT = re.compile(r"[^\w\s&+\-]")

@@ -32,6 +32,7 @@ from graphwright.resolve import resolve
 from graphwright.store import IndexStore, sql_list
 from graphwright.vectors import build_index, save_index
 
+ENTITY_TEXT_CHARS = 600
 STAGES = ("ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish")
 
 
@@ -283,7 +284,8 @@ def _embedding_inputs(store: IndexStore) -> dict[str, pa.Table]:
     ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
     chunks = store.read("chunks", columns=["chunk_id", "text"])
     reports = store.read("community_reports", columns=["community_id", "full_content"])
-    entity_text = [f"{n} ({t}): {d}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
+    # the model reads 256 word-pieces at most; a longer description would only cost time
+    entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
     return {
         "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
         "chunk": pa.table({"item_id": chunks.column("chunk_id"), "text": chunks.column("text")}),
@@ -313,6 +315,8 @@ def stage_embed(run: Run) -> dict:
                                         "item_id": todo.column("item_id"), "text": todo.column("text")}))
             counts[kind] = {"embedded": todo.num_rows, "reused": items.num_rows - todo.num_rows, "removed": len(stale)}
         todo = pa.concat_tables(todo_parts)
+        # similar lengths in a batch waste less compute on padding
+        todo = todo.take(pc.sort_indices(pc.utf8_length(todo["text"])))
         stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
                            num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
         pending: list[pa.Table] = []

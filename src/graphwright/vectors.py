@@ -1,5 +1,5 @@
 """Vector indexes behind one interface: build from ids + normalized vectors, save, load, search.
-CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above). GPU: cuVS (graphwright.gpu)."""
+CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,6 @@ class VectorIndex:
 
 
 def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig) -> VectorIndex:
-    if config.engine == "cuvs":
-        from graphwright.gpu.cuvs_engine import build_cagra_as_faiss
-
-        return VectorIndex(ids, build_cagra_as_faiss(vectors))
     import faiss
 
     dim = vectors.shape[1] if len(vectors) else 1

@@ -18,7 +18,7 @@ from graphwright.config import ExtractConfig
 from graphwright.extract import EXTRACTION_BATCH_SCHEMA
 from graphwright.names import has_honorific, normalize_name, strip_possessive
 
-RULES_VERSION = 1
+RULES_VERSION = 2
 
 _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "rev", "capt", "gen", "col", "sgt", "gov",
@@ -128,8 +128,10 @@ def find_names(text: str) -> list[dict]:
     for s_start, s_end in sentences:
         sentence = text[s_start:s_end]
         for m in _NAME.finditer(sentence):
-            if m.start() > 0 and sentence[:m.start()].strip(" \"'“‘(["):
-                mid_sentence_caps.add(strip_possessive(m.group(0)).split()[0])
+            words = strip_possessive(m.group(0)).split()
+            at_start = not sentence[:m.start()].strip(" \"'“‘([")
+            mid_sentence_caps.update(words[1:] if at_start else words)
+    lowercase_words = set(re.findall(r"\b[a-z][a-z'’\-]*\b", text))
     for index, (s_start, s_end) in enumerate(sentences):
         sentence = text[s_start:s_end]
         if _mostly_upper(sentence):
@@ -138,7 +140,9 @@ def find_names(text: str) -> list[dict]:
             raw = m.group(0)
             at_start = not sentence[:m.start()].strip(" \"'“‘([")
             surface = strip_possessive(_trim_leading_stopwords(raw) if at_start else raw)
-            surface = _trim_leading_stopwords(surface) if surface.split() and surface.split()[0].casefold() in _NOT_NAMES else surface
+            words = surface.split()
+            if at_start and len(words) > 1 and words[0].casefold() in lowercase_words and not has_honorific(surface):
+                surface = " ".join(words[1:])  # 'Tell Dr. Brandt': the text also uses 'tell' as a word
             if not surface or normalize_name(surface) in _NOT_NAMES or len(normalize_name(surface)) < 2:
                 continue
             if at_start and surface == strip_possessive(raw) and len(surface.split()) == 1 and surface not in mid_sentence_caps:

@@ -1,0 +1,80 @@
+"""Helpers shared by the test modules (imported as a plain module: pytest puts tests/ on sys.path)."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from graphwright import tables
+from graphwright.config import PipelineConfig, load_config
+
+DATA = Path(__file__).parent / "data"
+CORPUS = DATA / "corpus"
+CONFIG_FILE = DATA / "test-config.yaml"
+
+# every document of tests/data/corpus, by source key
+CORPUS_KEYS = {"harbor.txt", "festival.md", "council.txt", "notes/river.txt", "letter-1", "letter-2"}
+
+
+def make_config(**overrides: dict) -> PipelineConfig:
+    """The fast test profile (tests/data/test-config.yaml) plus per-section overrides."""
+    return load_config(CONFIG_FILE, overrides)
+
+
+@dataclass
+class Indexed:
+    index: Path
+    corpus: Path
+    summary: dict
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def store(self):
+        from graphwright.store import IndexStore
+
+        return IndexStore(self.index)
+
+
+def run(sources, index_dir, config: PipelineConfig | None = None, *, mirror: bool = True, logs: list | None = None) -> dict:
+    from graphwright.pipeline import run_index
+
+    logs = [] if logs is None else logs
+    return run_index([str(s) for s in sources], index_dir, config or make_config(), mirror=mirror,
+                     show_progress=False, log=logs.append)
+
+
+def index_fresh(root: Path, corpus: Path = CORPUS, config: PipelineConfig | None = None) -> Indexed:
+    """Copy `corpus` under `root` and index it into `root/index`."""
+    work_corpus = root / "corpus"
+    shutil.copytree(corpus, work_corpus)
+    logs: list[str] = []
+    summary = run([work_corpus], root / "index", config, logs=logs)
+    return Indexed(root / "index", work_corpus, summary, logs)
+
+
+def copy_indexed(src: Indexed, root: Path) -> Indexed:
+    shutil.copytree(src.index, root / "index")
+    shutil.copytree(src.corpus, root / "corpus")
+    return Indexed(root / "index", root / "corpus", dict(src.summary))
+
+
+def sorted_rows(table: pa.Table, name: str, drop: tuple[str, ...] = ()) -> list[dict]:
+    keys = [(k, "ascending") for k in tables.schema(name).primary_key]
+    rows = table.sort_by(keys).to_pylist()
+    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+
+
+def assert_valid(store, name: str) -> pa.Table:
+    """Read a table and check it against its contract (types, nulls, unique primary key)."""
+    table = store.read(name)
+    tables.schema(name).validate(table)
+    return table
+
+
+def data_table_versions(store) -> dict[str, int | None]:
+    from graphwright.publish import DATA_TABLES
+
+    return {name: store.version(name) for name in DATA_TABLES}

@@ -1,0 +1,72 @@
+import hashlib
+import re
+
+import pytest
+
+from graphwright import ids
+
+
+def test_stable_id_recipe_is_pinned():
+    # the id must not change between releases: a changed recipe would orphan every stored row
+    expected = hashlib.sha256(b"doc" + b"\x1f" + b"a.txt").hexdigest()[:24]
+    assert ids.stable_id("doc", "a.txt") == expected
+    assert ids.doc_id("a.txt") == expected
+
+
+def test_stable_id_is_deterministic_hex_of_requested_length():
+    a = ids.stable_id("kind", "x", 1, 2.5)
+    assert a == ids.stable_id("kind", "x", 1, 2.5)
+    assert re.fullmatch(r"[0-9a-f]{24}", a)
+    assert len(ids.stable_id("kind", "x", length=32)) == 32
+    assert ids.stable_id("kind", "x", length=32).startswith(ids.stable_id("kind", "x"))
+
+
+@pytest.mark.parametrize(
+    "left, right",
+    [
+        (("a", "x"), ("b", "x")),  # kind matters
+        (("a", "x"), ("a", "y")),  # parts matter
+        (("a", "x", "y"), ("a", "y", "x")),  # order matters
+        (("a", "ab", "c"), ("a", "a", "bc")),  # parts are separated, not concatenated
+        (("a", "x"), ("a", "x", "")),  # an extra empty part matters
+    ],
+)
+def test_stable_id_distinguishes_inputs(left, right):
+    assert ids.stable_id(*left) != ids.stable_id(*right)
+
+
+def test_content_hash_is_sha256_of_utf8():
+    assert ids.content_hash("Zoë") == hashlib.sha256("Zoë".encode()).hexdigest()
+
+
+def test_doc_ids_differ_by_source_key():
+    assert ids.doc_id("a.txt") != ids.doc_id("b.txt")
+    assert ids.doc_id("notes/a.txt") != ids.doc_id("a.txt")
+
+
+def test_chunk_id_depends_on_doc_text_and_occurrence():
+    base = ids.chunk_id("d1", "some text")
+    assert base == ids.chunk_id("d1", "some text", 0)
+    assert base != ids.chunk_id("d1", "some text", 1)  # the same text repeated in one document
+    assert base != ids.chunk_id("d2", "some text")  # the same text in another document
+    assert base != ids.chunk_id("d1", "other text")
+    assert len({ids.chunk_id("d1", "t", k) for k in range(50)}) == 50
+
+
+def test_relationship_id_is_symmetric():
+    assert ids.relationship_id("e1", "e2") == ids.relationship_id("e2", "e1")
+    assert ids.relationship_id("e1", "e2") != ids.relationship_id("e1", "e3")
+    assert ids.relationship_id("e1", "e2") != ids.entity_id("e1")
+
+
+def test_community_id_ignores_member_order_but_not_level():
+    members = ["e3", "e1", "e2"]
+    assert ids.community_id(0, members) == ids.community_id(0, sorted(members))
+    assert ids.community_id(0, iter(members)) == ids.community_id(0, members)
+    assert ids.community_id(0, members) != ids.community_id(1, members)
+    assert ids.community_id(0, members) != ids.community_id(0, members[:2])
+
+
+def test_entity_id_derives_from_canonical_key_only():
+    assert ids.entity_id("scrooge") == ids.entity_id("scrooge")
+    assert ids.entity_id("scrooge") != ids.entity_id("marley")

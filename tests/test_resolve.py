@@ -1,0 +1,128 @@
+import random
+
+import pyarrow as pa
+import pytest
+
+from graphwright import ids, tables
+from graphwright.config import ResolveConfig
+from graphwright.resolve import merge_descriptions, resolve
+
+CFG = ResolveConfig()
+
+
+def mentions_table(rows):
+    return pa.Table.from_pylist(
+        [dict(zip(("name", "type", "description", "count", "chunk_id", "doc_id"), r)) for r in rows]
+    )
+
+
+def assertions_table(rows):
+    return pa.Table.from_pylist(
+        [dict(zip(("source", "target", "description", "weight", "chunk_id", "doc_id"), r)) for r in rows],
+        schema=pa.schema([("source", pa.string()), ("target", pa.string()), ("description", pa.string()),
+                          ("weight", pa.float64()), ("chunk_id", pa.string()), ("doc_id", pa.string())]),
+    )
+
+
+MENTIONS = [
+    ("Mr. Scrooge", "PERSON", "Mr. Scrooge counted coins.", 1, "c1", "d1"),
+    ("Scrooge", "ENTITY", "Scrooge was cold.", 2, "c2", "d1"),
+    ("Scrooge's", "ENTITY", "Scrooge's office was dark.", 1, "c3", "d2"),
+    ("Marley", "ENTITY", "Marley was dead.", 1, "c1", "d1"),
+    ("Marley", "ENTITY", "Marley was dead.", 1, "c3", "d2"),
+    ("London", "GEO", "London was foggy.", 1, "c2", "d1"),
+]
+ASSERTIONS = [
+    ("Mr. Scrooge", "Marley", "Scrooge and Marley were partners.", 1.0, "c1", "d1"),
+    ("Marley", "Scrooge's", "Marley haunted Scrooge's office.", 2.0, "c3", "d2"),
+    ("Scrooge", "London", "", 0.25, "c2", "d1"),
+    ("Mr. Scrooge", "Scrooge", "Mr. Scrooge is Scrooge.", 1.0, "c2", "d1"),  # two names of one entity
+    ("Ghost", "Marley", "No mention supports the ghost.", 1.0, "c3", "d2"),  # unsupported endpoint
+]
+
+
+@pytest.fixture(scope="module")
+def resolved():
+    return resolve(mentions_table(MENTIONS), assertions_table(ASSERTIONS), CFG)
+
+
+def test_outputs_satisfy_contracts(resolved):
+    for name, table in zip(("entities", "entity_aliases", "relationships"), resolved):
+        tables.schema(name).validate(table)
+
+
+def test_merges_surface_forms_by_normalized_name(resolved):
+    entities = {e["canonical_key"]: e for e in resolved[0].to_pylist()}
+    assert set(entities) == {"scrooge", "marley", "london"}
+    scrooge = entities["scrooge"]
+    assert scrooge["entity_id"] == ids.entity_id("scrooge")
+    assert scrooge["name"] == "Scrooge"  # the most frequent surface form
+    assert scrooge["mention_count"] == 4
+    assert scrooge["type"] == "ENTITY"  # the most frequent type ...
+    assert scrooge["types"] == ["ENTITY", "PERSON"]  # ... and the others are kept
+    assert entities["london"]["type"] == "GEO"
+
+
+def test_entity_lineage(resolved):
+    entities = {e["canonical_key"]: e for e in resolved[0].to_pylist()}
+    assert entities["scrooge"]["chunk_ids"] == ["c1", "c2", "c3"]
+    assert entities["scrooge"]["doc_ids"] == ["d1", "d2"]
+    assert entities["london"]["chunk_ids"] == ["c2"] and entities["london"]["doc_ids"] == ["d1"]
+    # identical descriptions are merged once
+    assert entities["marley"]["description"] == "Marley was dead."
+
+
+def test_aliases_table(resolved):
+    aliases = {a["alias"]: a for a in resolved[1].to_pylist()}
+    assert set(aliases) == {"Mr. Scrooge", "Scrooge", "Scrooge's", "Marley", "London"}
+    assert {aliases[a]["entity_id"] for a in ("Mr. Scrooge", "Scrooge", "Scrooge's")} == {ids.entity_id("scrooge")}
+    assert aliases["Scrooge"]["mention_count"] == 2 and aliases["Marley"]["mention_count"] == 2
+    assert aliases["Mr. Scrooge"]["method"] == "normalized_name"
+    assert "scrooge" in aliases["Mr. Scrooge"]["evidence"]
+
+
+def test_relationships(resolved):
+    rels = resolved[2].to_pylist()
+    sid, mid, lid = ids.entity_id("scrooge"), ids.entity_id("marley"), ids.entity_id("london")
+    by_pair = {frozenset((r["source_id"], r["target_id"])): r for r in rels}
+    assert set(by_pair) == {frozenset((sid, mid)), frozenset((sid, lid))}  # no self-loop, no ghost
+    for r in rels:
+        assert r["source_id"] < r["target_id"]
+        assert r["source_id"] != r["target_id"]
+        assert r["relationship_id"] == ids.relationship_id(r["source_id"], r["target_id"])
+    sm = by_pair[frozenset((sid, mid))]
+    assert sm["weight"] == 3.0  # summed over chunks
+    assert sm["chunk_ids"] == ["c1", "c3"] and sm["doc_ids"] == ["d1", "d2"]
+    assert {sm["source"], sm["target"]} == {"Scrooge", "Marley"}
+    assert "Scrooge and Marley were partners." in sm["description"]
+    assert "Marley haunted Scrooge's office." in sm["description"]
+    assert by_pair[frozenset((sid, lid))]["description"] == ""
+
+
+def test_degree(resolved):
+    degree = {e["canonical_key"]: e["degree"] for e in resolved[0].to_pylist()}
+    assert degree == {"scrooge": 2, "marley": 1, "london": 1}
+
+
+def test_resolve_ignores_input_order(resolved):
+    rng = random.Random(3)
+    m, a = list(MENTIONS), list(ASSERTIONS)
+    rng.shuffle(m)
+    rng.shuffle(a)
+    again = resolve(mentions_table(m), assertions_table(a), CFG)
+    for x, y in zip(resolved, again):
+        assert x.equals(y)
+
+
+def test_resolve_empty():
+    entities, aliases, rels = resolve(tables.empty("mentions"), tables.empty("assertions"), CFG)
+    assert entities.num_rows == aliases.num_rows == rels.num_rows == 0
+
+
+def test_merge_descriptions_orders_by_frequency_within_budget():
+    descs = ["b.", "a.", "b.", "", "c."]
+    assert merge_descriptions(descs, 100) == "b. a. c."
+    assert merge_descriptions(descs, 6) == "b. a."
+    assert merge_descriptions(descs, 3) == "b."
+    assert merge_descriptions(["x" * 50], 10) == "x" * 10  # one long description is cut
+    assert merge_descriptions([], 10) == ""
