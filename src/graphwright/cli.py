@@ -31,13 +31,14 @@ def index(
     index_dir: IndexOpt,
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Pipeline YAML (see pipelines/).")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add/update these documents; do not delete documents missing from them.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Allow a mirror run to delete more than ingest.max_delete_fraction of the index.")] = False,
     executor: Annotated[Optional[str], typer.Option(help="ray | local (overrides the config).")] = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address to join.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Index SOURCES into an index directory and publish a new version."""
     from graphwright.config import ConfigError, load_config
-    from graphwright.pipeline import NothingToIndex, run_index
+    from graphwright.pipeline import NothingToIndex, RefusedDeletion, run_index
 
     overrides: dict = {}
     if executor:
@@ -49,13 +50,102 @@ def index(
     except ConfigError as exc:
         _fail(str(exc))
     try:
-        summary = run_index(sources, index_dir, cfg, mirror=not append, show_progress=not as_json)
-    except NothingToIndex as exc:
+        summary = run_index(sources, index_dir, cfg, mirror=not append, force=force, show_progress=not as_json)
+    except (NothingToIndex, RefusedDeletion) as exc:
         _fail(f"{exc}. Nothing was changed in {index_dir}.")
+    _emit_summary(summary, as_json)
+
+
+def _emit_summary(summary: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(summary, default=str))
     else:
         _print_summary(summary)
+
+
+@app.command()
+def delete(
+    index_dir: IndexOpt,
+    doc_id: Annotated[list[str], typer.Option("--doc-id", help="Document id or source key to delete (repeatable).")] = [],
+    source_glob: Annotated[list[str], typer.Option("--source-glob", help="Delete documents whose source key matches this glob (repeatable).")] = [],
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete documents and everything that only they supported, then publish a new version."""
+    from graphwright.pipeline import run_delete
+    from graphwright.publish import NoPublishedVersion
+
+    if not doc_id and not source_glob:
+        _fail("name the documents to delete with --doc-id or --source-glob")
+    try:
+        summary = run_delete(index_dir, doc_ids=doc_id, source_globs=source_glob, show_progress=not as_json)
+    except NoPublishedVersion as exc:
+        _fail(str(exc))
+    _emit_summary(summary, as_json)
+
+
+@app.command()
+def versions(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
+    """List the published versions."""
+    from graphwright.publish import manifests
+    from graphwright.store import IndexStore
+
+    rows = [
+        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"], "counts": m["counts"]}
+        for m in manifests(IndexStore(index_dir))
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    t = Table(title=f"published versions — {index_dir}", title_justify="left")
+    for col in ("version", "published at", "run", "documents", "chunks", "entities", "communities", "reports"):
+        t.add_column(col)
+    for m in rows:
+        c = m["counts"]
+        t.add_row(str(m["version"]), m["published_at"][:19], m["run_id"], *(str(c.get(k)) for k in ("documents", "chunks", "entities", "communities", "community_reports")))
+    out.print(t)
+
+
+@app.command()
+def rollback(
+    index_dir: IndexOpt,
+    to: Annotated[int, typer.Option("--to", help="The version to make current again.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Restore the tables to a published version and publish that state as a new version."""
+    from graphwright.pipeline import new_run_id
+    from graphwright.publish import NoPublishedVersion, rollback as do_rollback
+    from graphwright.store import IndexStore
+
+    try:
+        manifest = do_rollback(IndexStore(index_dir), to, new_run_id())
+    except NoPublishedVersion as exc:
+        _fail(str(exc))
+    result = {"rolled_back_to": to, "version": manifest["version"], "counts": manifest["counts"]}
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        out.print(f"version {manifest['version']} published with the contents of version {to}")
+
+
+@app.command()
+def vacuum(
+    index_dir: IndexOpt,
+    keep: Annotated[int, typer.Option("--keep", help="How many of the newest published versions stay readable.")] = 10,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report what would be removed.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Retention: drop old published versions and the files only they needed."""
+    from graphwright.publish import NoPublishedVersion, retain
+    from graphwright.store import IndexStore
+
+    try:
+        result = retain(IndexStore(index_dir), keep, dry_run=dry_run)
+    except (NoPublishedVersion, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        out.print(f"kept versions {result['kept']}; dropped {result['dropped']}; files removed: {result['files_removed']}" + (" (dry run)" if dry_run else ""))
 
 
 def _print_summary(s: dict) -> None:
@@ -71,6 +161,11 @@ def _print_summary(s: dict) -> None:
     t.add_row("communities", f"{s['communities']}  (per level: " + ", ".join(f"L{k}={v}" for k, v in s["communities_per_level"].items()) + ")")
     t.add_row("reports", str(s["reports"]))
     t.add_row("seconds", "  ".join(f"{k} {v:.1f}" for k, v in s["seconds"].items()) + f"  total {sum(s['seconds'].values()):.1f}")
+    r = s.get("recomputed")
+    if r:
+        ents, rels = r["entities"], r["relationships"]
+        t.add_row("recomputed", f"entities +{ents['added']} -{ents['removed']} ~{ents['changed']}, relationships +{rels['added']} -{rels['removed']} ~{rels['changed']}, "
+                  f"reports built {r['reports_built']} / reused {r['reports_reused']}")
     t.add_row("version", f"{s['version']}" + ("  (new)" if s["new_version"] else "  (unchanged: nothing new to publish)"))
     if s["source_errors"]:
         t.add_row("skipped inputs", str(len(s["source_errors"])))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright import ids, tables
 from graphwright.config import ClusterConfig
@@ -24,14 +25,16 @@ class IgraphEngine:
 
     name = "igraph"
 
-    def partition(self, n: int, edges: np.ndarray, weights: np.ndarray, *, resolution: float, seed: int, n_iterations: int) -> np.ndarray:
+    def partition(self, n: int, edges: np.ndarray, weights: np.ndarray, *, resolution: float, seed: int,
+                  n_iterations: int, initial: np.ndarray | None = None) -> np.ndarray:
         import igraph as ig
 
         graph = ig.Graph(n=n, edges=edges.tolist(), directed=False)
         # igraph draws from Python's `random`; seeding it makes the partition reproducible
         random.seed(seed)
         part = graph.community_leiden(
-            objective_function="modularity", weights=weights.tolist(), resolution=resolution, n_iterations=n_iterations
+            objective_function="modularity", weights=weights.tolist(), resolution=resolution, n_iterations=n_iterations,
+            initial_membership=None if initial is None else initial.tolist(),
         )
         return np.asarray(part.membership, dtype=np.int64)
 
@@ -41,7 +44,7 @@ class LeidenalgEngine:
 
     name = "leidenalg"
 
-    def partition(self, n, edges, weights, *, resolution, seed, n_iterations):
+    def partition(self, n, edges, weights, *, resolution, seed, n_iterations, initial=None):
         import igraph as ig
         import leidenalg
 
@@ -49,6 +52,7 @@ class LeidenalgEngine:
         part = leidenalg.find_partition(
             graph, leidenalg.RBConfigurationVertexPartition, weights=weights.tolist(),
             resolution_parameter=resolution, seed=seed, n_iterations=n_iterations,
+            initial_membership=None if initial is None else initial.tolist(),
         )
         return np.asarray(part.membership, dtype=np.int64)
 
@@ -78,8 +82,10 @@ def _relabel(membership: np.ndarray) -> list[np.ndarray]:
     return sorted(groups, key=lambda g: int(g[0]))
 
 
-def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine) -> list[Community]:
-    """The hierarchy over nodes 0..n-1 with undirected weighted `edges` (shape [m, 2])."""
+def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine,
+                        initial: np.ndarray | None = None) -> list[Community]:
+    """The hierarchy over nodes 0..n-1 with undirected weighted `edges` (shape [m, 2]).
+    `initial` (optional) is a starting membership for the top level."""
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     weights = np.asarray(weights, dtype=np.float64)
     result: list[Community] = []
@@ -95,6 +101,7 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
         membership = engine.partition(
             len(nodes), sub_edges, sub_weights,
             resolution=config.resolution, seed=config.seed + level, n_iterations=config.n_iterations,
+            initial=initial if parent is None else None,
         )
         groups = _relabel(membership)
         if parent is not None and len(groups) < 2:
@@ -113,8 +120,20 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     return result
 
 
-def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None) -> pa.Table:
-    """The communities table for the current entities and relationships."""
+def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray:
+    """Top-level labels from a previous communities table; entities new since then start alone."""
+    label = {}
+    for index, members in enumerate(previous.filter(pc.equal(previous["level"], 0)).column("entity_ids").to_pylist()):
+        for e in members:
+            label[e] = index
+    fresh = iter(range(len(label) + 1, len(label) + 1 + len(entity_ids)))
+    return np.asarray([label[e] if e in label else next(fresh) for e in entity_ids], dtype=np.int64)
+
+
+def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
+            previous: pa.Table | None = None) -> pa.Table:
+    """The communities table for the current entities and relationships (warm-started from
+    `previous` communities when given and `config.warm_start` is set)."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     position = {eid: i for i, eid in enumerate(entity_ids)}
@@ -124,7 +143,10 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     edges = np.column_stack([src, tgt]) if src else np.empty((0, 2), dtype=np.int64)
     weights = np.asarray(relationships.column("weight").to_pylist(), dtype=np.float64)
 
-    communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine)
+    initial = None
+    if config.warm_start and previous is not None and previous.num_rows:
+        initial = previous_membership(entity_ids, previous)
+    communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial)
 
     entity_chunks = dict(zip(entities.column("entity_id").to_pylist(), entities.column("chunk_ids").to_pylist()))
     node_rels: dict[int, list[int]] = {}

@@ -15,6 +15,12 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class IngestConfig(_Section):
+    # a mirror run that would delete more than this share of the indexed documents refuses
+    # (a mistyped source folder must not wipe an index); --force overrides
+    max_delete_fraction: float = Field(0.5, ge=0, le=1)
+
+
 class ChunkConfig(_Section):
     # 256 word-pieces is all-MiniLM-L6-v2's window: a longer chunk would be embedded truncated.
     size_tokens: int = Field(256, ge=16)
@@ -44,6 +50,9 @@ class ClusterConfig(_Section):
     # igraph's n_iterations=-1 (until stable) did not finish in 5 min on a weakly clustered graph.
     n_iterations: int = Field(5, ge=1)
     max_levels: int = Field(6, ge=1)
+    # start Leiden from the previous run's top-level membership, so that an update moves few
+    # entities between communities and unchanged communities keep their ids and reports
+    warm_start: bool = True
 
 
 class ReportConfig(_Section):
@@ -84,6 +93,7 @@ class QueryConfig(_Section):
 
 
 class PipelineConfig(_Section):
+    ingest: IngestConfig = IngestConfig()
     chunk: ChunkConfig = ChunkConfig()
     extract: ExtractConfig = ExtractConfig()
     resolve: ResolveConfig = ResolveConfig()

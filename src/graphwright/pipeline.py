@@ -5,6 +5,7 @@ does the I/O, the batching to executors, and the accounting."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import resource
 import time
@@ -38,6 +39,10 @@ STAGES = ("ingest", "chunk", "extract", "resolve", "cluster", "report", "embed",
 
 class NothingToIndex(RuntimeError):
     """No source could be read; the index was left as it was."""
+
+
+class RefusedDeletion(RuntimeError):
+    """A run would delete more of the index than configured; nothing was changed."""
 
 
 def _now() -> datetime:
@@ -101,7 +106,7 @@ def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
 # ---------------------------------------------------------------- stages
 
 
-def stage_ingest(run: Run, sources: list[str], mirror: bool) -> dict:
+def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False) -> dict:
     with run.stage("ingest") as m:
         batch = read_sources(sources)
         for err in batch.errors:
@@ -117,6 +122,14 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool) -> dict:
         incoming = documents_table(batch.documents, run.run_id)
         indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source"])
         diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=batch.failed_sources)
+        limit = run.config.ingest.max_delete_fraction
+        if diff.deleted and not force and len(diff.deleted) > limit * indexed.num_rows:
+            raise RefusedDeletion(
+                f"this run would delete {len(diff.deleted)} of the {indexed.num_rows} indexed documents "
+                f"({len(diff.deleted) / indexed.num_rows:.0%}), above ingest.max_delete_fraction={limit:g}, because "
+                f"they are missing from {', '.join(map(str, sources))}. Pass --force if that is intended, "
+                f"or --append to add documents without deleting any"
+            )
         write = set(diff.new) | set(diff.changed)
         if write:
             run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
@@ -124,6 +137,24 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool) -> dict:
             run.store.delete_in("documents", "doc_id", diff.deleted)
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(batch.errors))
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in batch.errors]}
+
+
+def stage_delete(run: Run, doc_ids: list[str], source_globs: list[str]) -> dict:
+    """Explicit deletion: documents by doc_id or source key, or by source-key glob pattern."""
+    with run.stage("delete") as m:
+        docs = run.store.read("documents", columns=["doc_id", "source_key"])
+        wanted = set(doc_ids)
+        chosen = sorted(
+            d for d, k in zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist())
+            if d in wanted or k in wanted or any(fnmatch.fnmatchcase(k, g) for g in source_globs)
+        )
+        missing = sorted(wanted - set(chosen) - set(docs.column("source_key").to_pylist()) - set(docs.column("doc_id").to_pylist()))
+        for ident in missing:
+            run.log(f"[yellow]not indexed[/] {ident}")
+        deleted = run.store.delete_in("documents", "doc_id", chosen) if chosen else 0
+        m.update(rows_in=docs.num_rows, rows_out=deleted, deleted=deleted, not_found=len(missing))
+        return {"diff": {"new": 0, "changed": 0, "unchanged": docs.num_rows - deleted, "deleted": deleted}, "errors": [],
+                "not_found": missing}
 
 
 def stage_chunk(run: Run) -> dict:
@@ -236,7 +267,7 @@ def stage_extract(run: Run) -> dict:
             extracted, mentions, failed = extracted + n, mentions + k, failed + f
         m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
                  chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed)
-        return {"chunks_extracted": extracted, "chunks_failed": failed, "extractor": key}
+        return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_set) - len(todo), "extractor": key}
 
 
 def stage_resolve(run: Run) -> dict:
@@ -247,12 +278,11 @@ def stage_resolve(run: Run) -> dict:
         mentions = store.read("mentions", where=where)
         assertions = store.read("assertions", where=where)
         entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve)
-        changed = {}
-        for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships)):
-            changed[name] = store.replace_if_changed(name, table)[1]
+        diffs = {name: store.replace_if_changed(name, table)
+                 for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
         m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,
-                 entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows)
-        return {"changed": any(changed.values())}
+                 entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs)
+        return diffs
 
 
 def stage_cluster(run: Run) -> dict:
@@ -260,12 +290,14 @@ def stage_cluster(run: Run) -> dict:
     with run.stage("cluster") as m:
         entities = store.read("entities", columns=["entity_id", "chunk_ids"])
         relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
-        communities = cluster(entities, relationships, run.config.cluster)
-        store.replace_if_changed("communities", communities)
+        previous = store.read("communities", columns=["level", "entity_ids"])
+        communities = cluster(entities, relationships, run.config.cluster, previous=previous)
+        diff = store.replace_if_changed("communities", communities)
         levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
         per_level = {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
-        m.update(rows_in=entities.num_rows, rows_out=communities.num_rows, engine=run.config.cluster.engine, per_level=per_level)
-        return {"per_level": per_level}
+        m.update(rows_in=entities.num_rows, rows_out=communities.num_rows, engine=run.config.cluster.engine,
+                 per_level=per_level, changes=diff)
+        return {"per_level": per_level, "changes": diff}
 
 
 def stage_report(run: Run) -> dict:
@@ -274,10 +306,11 @@ def stage_report(run: Run) -> dict:
         communities = store.read("communities")
         entities = store.read("entities")
         relationships = store.read("relationships")
-        reports = build_reports(communities, entities, relationships, run.config.report)
+        previous = store.read("community_reports")
+        reports, stats = build_reports(communities, entities, relationships, run.config.report, previous)
         store.replace_if_changed("community_reports", reports)
-        m.update(rows_in=communities.num_rows, rows_out=reports.num_rows, reports=reports.num_rows)
-        return {}
+        m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats)
+        return stats
 
 
 def _embedding_inputs(store: IndexStore) -> dict[str, pa.Table]:
@@ -385,27 +418,51 @@ def run_index(
     config: PipelineConfig,
     *,
     mirror: bool = True,
+    force: bool = False,
     show_progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> dict:
-    """Index `sources` into `index_dir` and publish a version. Returns the run summary."""
+    """Index `sources` into `index_dir` (mirror: the sources are the whole corpus; otherwise an
+    append batch) and publish a version. Returns the run summary."""
+    return _run_pipeline("index", index_dir, config, lambda run: stage_ingest(run, sources, mirror, force), show_progress, log)
+
+
+def run_delete(
+    index_dir: str | Path,
+    config: PipelineConfig | None = None,
+    *,
+    doc_ids: list[str] = (),
+    source_globs: list[str] = (),
+    show_progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Delete documents (and everything only they supported) and publish a version."""
+    store = IndexStore(index_dir)
+    if config is None:
+        from graphwright.publish import load_manifest
+
+        config = PipelineConfig.model_validate_json(load_manifest(store)["config"])
+    return _run_pipeline("delete", index_dir, config, lambda run: stage_delete(run, list(doc_ids), list(source_globs)), show_progress, log)
+
+
+def _run_pipeline(command: str, index_dir, config: PipelineConfig, first_stage, show_progress: bool, log) -> dict:
     store = IndexStore(index_dir)
     store.root.mkdir(parents=True, exist_ok=True)
     log = log or (lambda msg: stderr_console.print(msg, highlight=False))
     run = Run(store, config, new_run_id(), StageProgress(show_progress), log)
     started = _now()
-    store.upsert("runs", pa.Table.from_pylist([_run_row(run, "index", started, None, "running", {}, None)]))
-    summary: dict = {"run_id": run.run_id, "index": str(store.root)}
+    store.upsert("runs", pa.Table.from_pylist([_run_row(run, command, started, None, "running", {}, None)]))
+    summary: dict = {"run_id": run.run_id, "command": command, "index": str(store.root)}
     try:
         log(f"engines: extract={extractor_key(config.extract)} graph={config.cluster.engine} "
             f"embed={model_name(config.embed)} vectors={config.vectors.engine} executor={config.execution.executor}")
-        ingest = stage_ingest(run, sources, mirror)
+        first = first_stage(run)
         try:
-            stage_chunk(run)
+            chunked = stage_chunk(run)
             extract = stage_extract(run)
-            stage_resolve(run)
+            resolved = stage_resolve(run)
             clusters = stage_cluster(run)
-            stage_report(run)
+            reports = stage_report(run)
             embed = stage_embed(run)
         finally:
             if run.executor is not None:
@@ -424,15 +481,26 @@ def run_index(
             reports=counts["community_reports"],
             version=manifest["version"],
             new_version=manifest["new"],
-            documents_diff=ingest["diff"],
-            source_errors=ingest["errors"],
-            embeddings=embed["counts"],
+            documents_diff=first["diff"],
+            source_errors=first["errors"],
+            recomputed={
+                "chunks_written": chunked["chunks_written"],
+                "chunks_removed": chunked["chunks_removed"],
+                "chunks_extracted": extract["chunks_extracted"],
+                "chunks_reused": extract["chunks_reused"],
+                "entities": resolved["entities"],
+                "relationships": resolved["relationships"],
+                "communities": clusters["changes"],
+                "reports_built": reports["built"],
+                "reports_reused": reports["reused"],
+                "embeddings": embed["counts"],
+            },
             seconds={m["stage"]: round(m["wall_s"], 2) for m in run.metrics},
         )
-        _finish(run, started, "succeeded", summary, None)
+        _finish(run, command, started, "succeeded", summary, None)
         return summary
     except BaseException as exc:
-        _finish(run, started, "failed", summary, f"{type(exc).__name__}: {exc}")
+        _finish(run, command, started, "failed", summary, f"{type(exc).__name__}: {exc}")
         raise
 
 
@@ -444,7 +512,7 @@ def _run_row(run: Run, command: str, started, finished, status: str, summary: di
     }
 
 
-def _finish(run: Run, started, status: str, summary: dict, error: str | None) -> None:
+def _finish(run: Run, command: str, started, status: str, summary: dict, error: str | None) -> None:
     if run.metrics:
         run.store.upsert("stage_metrics", pa.Table.from_pylist(run.metrics))
-    run.store.upsert("runs", pa.Table.from_pylist([_run_row(run, "index", started, _now(), status, summary, error)]))
+    run.store.upsert("runs", pa.Table.from_pylist([_run_row(run, command, started, _now(), status, summary, error)]))

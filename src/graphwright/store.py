@@ -23,6 +23,23 @@ def sql_list(values) -> str:
     return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
+def row_diff(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> dict[str, int]:
+    """How `new` differs from `old`, row by row, matched on the primary key."""
+    def rows(t: pa.Table) -> dict:
+        keys = list(zip(*(t.column(k).to_pylist() for k in key)))
+        return dict(zip(keys, t.to_pylist()))
+
+    before, after = rows(old), rows(new)
+    common = before.keys() & after.keys()
+    changed = sum(1 for k in common if before[k] != after[k])
+    return {
+        "added": len(after.keys() - before.keys()),
+        "removed": len(before.keys() - after.keys()),
+        "changed": changed,
+        "unchanged": len(common) - changed,
+    }
+
+
 class IndexStore:
     """The Delta tables of one index, under `root/tables/<name>`."""
 
@@ -118,17 +135,16 @@ class IndexStore:
             write_deltalake(self.path(name), data, mode="append", storage_options=self.storage_options)
         return self.version(name)
 
-    def replace_if_changed(self, name: str, table: pa.Table) -> tuple[int, bool]:
-        """Overwrite unless the table already holds exactly these rows (so a no-op run adds no
-        Delta version). Returns (version, changed)."""
+    def replace_if_changed(self, name: str, table: pa.Table) -> dict:
+        """Overwrite the table with `table` unless it already holds exactly these rows (so a no-op
+        run adds no Delta version). Returns row counts: added, removed, changed, unchanged."""
         schema = tables.schema(name)
         data = schema.validate(table)
-        if self.exists(name):
-            keys = [(k, "ascending") for k in schema.primary_key]
-            current = self.read(name)
-            if current.num_rows == data.num_rows and current.sort_by(keys).equals(data.sort_by(keys)):
-                return self.version(name), False
-        return self.overwrite(name, data), True
+        current = self.read(name) if self.exists(name) else schema.arrow.empty_table()
+        diff = row_diff(current, data, schema.primary_key)
+        if diff["added"] or diff["removed"] or diff["changed"] or not self.exists(name):
+            self.overwrite(name, data)
+        return diff
 
     def delete(self, name: str, where: str) -> int:
         """Delete the rows matching a SQL predicate; returns how many were deleted."""

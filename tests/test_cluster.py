@@ -1,0 +1,183 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from graphwright import ids, tables
+from graphwright.cluster import (
+    IgraphEngine,
+    LeidenalgEngine,
+    _relabel,
+    cluster,
+    hierarchical_leiden,
+    make_engine,
+    modularity,
+)
+from graphwright.config import ClusterConfig
+
+
+def planted_partition(sizes, p_in, p_out, seed):
+    """Undirected random graph with dense blocks of the given sizes (stochastic block model)."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    i, j = np.triu_indices(len(labels), 1)
+    p = np.where(labels[i] == labels[j], p_in, p_out)
+    keep = rng.random(len(p)) < p
+    edges = np.column_stack([i[keep], j[keep]])
+    weights = rng.uniform(0.5, 2.0, len(edges))
+    return len(labels), edges, weights, labels
+
+
+def hierarchical_graph(seed=11):
+    """4 groups of 2 sub-groups of 8 nodes: dense inside sub-groups, medium inside groups, sparse outside."""
+    rng = np.random.default_rng(seed)
+    sub = np.repeat(np.arange(8), 8)
+    group = sub // 2
+    i, j = np.triu_indices(len(sub), 1)
+    p = np.where(sub[i] == sub[j], 0.8, np.where(group[i] == group[j], 0.15, 0.01))
+    keep = rng.random(len(p)) < p
+    return len(sub), np.column_stack([i[keep], j[keep]]), np.ones(int(keep.sum()))
+
+
+def check_hierarchy(n, communities, max_size, edges=None, engine=None, config=None):
+    level0 = [c for c in communities if c.level == 0]
+    members = np.concatenate([c.members for c in level0])
+    assert sorted(members.tolist()) == list(range(n))  # every node in exactly one level-0 community
+    for index, c in enumerate(communities):
+        assert list(c.members) == sorted(c.members)
+        assert (c.parent is None) == (c.level == 0)
+        if c.children:
+            kids = [communities[k] for k in c.children]
+            assert all(k.level == c.level + 1 and k.parent == index for k in kids)
+            union = np.concatenate([k.members for k in kids])
+            assert sorted(union.tolist()) == c.members.tolist()  # children partition their parent
+            assert len(kids) >= 2
+            assert len(c.members) > max_size  # only oversized communities are split
+        elif len(c.members) > max_size and c.level + 1 < config.max_levels:
+            # an oversized leaf is allowed only when Leiden cannot split it
+            local = {int(v): k for k, v in enumerate(c.members)}
+            sub = [(local[a], local[b]) for a, b in edges.tolist() if a in local and b in local]
+            part = engine.partition(len(c.members), np.array(sub, dtype=np.int64).reshape(-1, 2), np.ones(len(sub)),
+                                    resolution=config.resolution, seed=config.seed + c.level + 1,
+                                    n_iterations=config.n_iterations)
+            assert len(set(part.tolist())) == 1, f"leaf of {len(c.members)} > {max_size} could be split"
+
+
+@pytest.mark.parametrize("engine", [IgraphEngine(), LeidenalgEngine()], ids=lambda e: e.name)
+def test_hierarchy_contract(engine):
+    n, edges, weights = hierarchical_graph()
+    cfg = ClusterConfig(max_cluster_size=10)
+    communities = hierarchical_leiden(n, edges, weights, cfg, engine)
+    check_hierarchy(n, communities, 10, edges, engine, cfg)
+    leaves = [c for c in communities if not c.children]
+    assert all(len(c.members) <= 10 for c in leaves)  # this graph is splittable down to 8-node groups
+    assert max(c.level for c in communities) >= 1
+
+
+def test_unsplittable_leaf_stays_oversized():
+    # a clique has no community structure: Leiden returns it whole and it stays a leaf
+    i, j = np.triu_indices(30, 1)
+    edges = np.column_stack([i, j])
+    cfg = ClusterConfig(max_cluster_size=10)
+    communities = hierarchical_leiden(30, edges, np.ones(len(edges)), cfg, IgraphEngine())
+    assert [(c.level, len(c.members), c.children) for c in communities] == [(0, 30, [])]
+    check_hierarchy(30, communities, 10, edges, IgraphEngine(), cfg)
+
+
+def test_max_levels_bounds_depth():
+    n, edges, weights = hierarchical_graph()
+    cfg = ClusterConfig(max_cluster_size=2, max_levels=2)
+    communities = hierarchical_leiden(n, edges, weights, cfg, IgraphEngine())
+    assert max(c.level for c in communities) <= 1
+
+
+def test_isolated_nodes_and_empty_graph():
+    cfg = ClusterConfig()
+    communities = hierarchical_leiden(4, np.empty((0, 2)), np.empty(0), cfg, IgraphEngine())
+    assert [c.members.tolist() for c in communities] == [[0], [1], [2], [3]]
+    assert hierarchical_leiden(0, np.empty((0, 2)), np.empty(0), cfg, IgraphEngine()) == []
+
+
+@pytest.mark.parametrize("engine", ["igraph", "leidenalg"])
+def test_deterministic_with_seed(engine):
+    n, edges, weights, _ = planted_partition([12, 10, 14, 9], 0.4, 0.05, seed=5)
+    cfg = ClusterConfig(max_cluster_size=5, seed=7)
+    runs = [hierarchical_leiden(n, edges, weights, cfg, make_engine(engine)) for _ in range(3)]
+    shapes = [[(c.level, c.members.tolist(), c.parent, c.children) for c in r] for r in runs]
+    assert shapes[0] == shapes[1] == shapes[2]
+
+
+def test_engines_agree_on_planted_partition():
+    n, edges, weights, labels = planted_partition([15, 15, 15, 15], 0.5, 0.02, seed=7)
+    scores = {}
+    for engine in (IgraphEngine(), LeidenalgEngine()):
+        membership = engine.partition(n, edges, weights, resolution=1.0, seed=42, n_iterations=5)
+        assert membership.shape == (n,)
+        groups = _relabel(membership)
+        assert sorted(np.concatenate(groups).tolist()) == list(range(n))  # a valid partition
+        scores[engine.name] = modularity(n, edges, weights, membership)
+    planted = modularity(n, edges, weights, labels)
+    assert abs(scores["igraph"] - scores["leidenalg"]) <= 0.05
+    for score in scores.values():
+        assert score >= planted - 0.05  # both recover (about) the planted structure
+
+
+def test_relabel_orders_groups_by_smallest_member():
+    groups = _relabel(np.array([5, 5, 2, 9, 2, 5]))
+    assert [g.tolist() for g in groups] == [[0, 1, 5], [2, 4], [3]]
+
+
+def test_make_engine_rejects_unknown():
+    with pytest.raises(ValueError, match="unknown graph engine"):
+        make_engine("networkx")
+
+
+# ------------------------------------------------------------------ cluster(): the communities table
+
+def _graph_tables():
+    n, edges, weights = hierarchical_graph()
+    eids = [ids.entity_id(f"e{i:02d}") for i in range(n)]
+    entities = pa.table({"entity_id": eids, "chunk_ids": [[f"c{i}", f"c{i // 4}x"] for i in range(n)]})
+    rel = {}
+    for (a, b), w in zip(edges.tolist(), weights.tolist()):
+        s, t = sorted((eids[a], eids[b]))
+        rel[ids.relationship_id(s, t)] = (s, t, w)
+    relationships = pa.table({
+        "relationship_id": list(rel), "source_id": [v[0] for v in rel.values()],
+        "target_id": [v[1] for v in rel.values()], "weight": [v[2] for v in rel.values()],
+    })
+    return entities, relationships
+
+
+def test_cluster_table():
+    entities, relationships = _graph_tables()
+    cfg = ClusterConfig(max_cluster_size=10)
+    table = cluster(entities, relationships, cfg)
+    tables.schema("communities").validate(table)
+    rows = table.to_pylist()
+    by_id = {r["community_id"]: r for r in rows}
+    all_entities = set(entities.column("entity_id").to_pylist())
+    level0 = [r for r in rows if r["level"] == 0]
+    assert sorted(e for r in level0 for e in r["entity_ids"]) == sorted(all_entities)
+    chunks_of = dict(zip(entities.column("entity_id").to_pylist(), entities.column("chunk_ids").to_pylist()))
+    rels = relationships.to_pylist()
+    assert sorted(r["human_id"] for r in rows) == list(range(len(rows)))
+    for r in rows:
+        assert r["community_id"] == ids.community_id(r["level"], r["entity_ids"])
+        assert r["size"] == len(r["entity_ids"])
+        members = set(r["entity_ids"])
+        inside = sorted(x["relationship_id"] for x in rels if x["source_id"] in members and x["target_id"] in members)
+        assert r["relationship_ids"] == inside
+        assert r["chunk_ids"] == sorted({c for e in members for c in chunks_of[e]})
+        if r["parent_id"] is not None:
+            parent = by_id[r["parent_id"]]
+            assert r["community_id"] in parent["children_ids"] and parent["level"] == r["level"] - 1
+        if r["children_ids"]:
+            kids = [by_id[k] for k in r["children_ids"]]
+            assert sorted(e for k in kids for e in k["entity_ids"]) == sorted(members)
+    assert any(r["level"] > 0 for r in rows)
+    assert cluster(entities, relationships, cfg).equals(table)  # reproducible
+
+
+def test_cluster_empty_graph():
+    table = cluster(tables.empty("entities"), tables.empty("relationships"), ClusterConfig())
+    assert table.num_rows == 0

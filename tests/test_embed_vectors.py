@@ -1,0 +1,109 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from graphwright.config import EmbedConfig, VectorConfig
+from graphwright.embed import EmbedBatch, HashingEmbedder, make_embedder, model_name
+from graphwright.vectors import build_index, load_index, save_index
+
+HASH = EmbedConfig(engine="hashing", dim=64)
+
+
+def test_hashing_embedder_is_normalized_and_deterministic():
+    texts = ["Mara Voss sailed into Port Elling.", "Tobias Reed counted crates.", "A", "naïve Zoë ünïcode"]
+    a = HashingEmbedder(HASH).encode(texts)
+    b = HashingEmbedder(HASH).encode(texts)  # a fresh instance: no hidden state, no randomness
+    assert a.shape == (4, 64) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, rtol=1e-6)
+
+
+def test_hashing_embedder_empty_inputs():
+    emb = HashingEmbedder(HASH)
+    assert emb.encode([]).shape == (0, 64)
+    vec = emb.encode(["", "  ...  "])
+    assert not np.isnan(vec).any()
+    assert np.all(vec == 0)  # no words: a zero vector rather than NaN
+
+
+def test_hashing_embedder_is_case_insensitive_and_similarity_follows_words():
+    emb = HashingEmbedder(EmbedConfig(engine="hashing", dim=256))
+    q, same, close, far = emb.encode([
+        "Who counted the crates in Port Elling?",
+        "WHO COUNTED THE CRATES IN PORT ELLING?",
+        "Tobias Reed counted the crates in Port Elling",
+        "fireworks over the lantern festival",
+    ])
+    assert np.dot(q, same) == pytest.approx(1.0)
+    assert np.dot(q, close) > np.dot(q, far)
+
+
+def test_model_name_and_cached_embedder():
+    assert model_name(HASH) == "hashing-64"
+    assert model_name(EmbedConfig()) == "all-MiniLM-L6-v2"
+    assert make_embedder(HASH) is make_embedder(EmbedConfig(engine="hashing", dim=64))
+    assert make_embedder(HASH).name == "hashing-64"
+
+
+def test_embed_batch_output():
+    batch = pa.table({"kind": ["chunk", "entity"], "item_id": ["c1", "e1"], "text": ["Port Elling", "Mara Voss"]})
+    out = EmbedBatch(HASH)(batch)
+    assert out.column_names == ["kind", "item_id", "vector"]
+    assert out.column("item_id").to_pylist() == ["c1", "e1"]
+    vectors = np.array(out.column("vector").to_pylist(), dtype=np.float32)
+    np.testing.assert_array_equal(vectors, make_embedder(HASH).encode(["Port Elling", "Mara Voss"]))
+
+
+# ------------------------------------------------------------------ vectors
+
+def random_unit(n, dim, seed):
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_exact_search_returns_the_true_nearest():
+    vectors = random_unit(300, 32, seed=1)
+    queries = random_unit(20, 32, seed=2)
+    ids = [f"item-{i}" for i in range(300)]
+    index = build_index(ids, vectors, VectorConfig())
+    results = index.search(queries, 5)
+    truth = np.argsort(-(queries @ vectors.T), axis=1)[:, :5]
+    for row, expected in zip(results, truth):
+        assert [i for i, _ in row] == [ids[j] for j in expected]
+        scores = [s for _, s in row]
+        assert scores == sorted(scores, reverse=True)
+    best = results[0][0]
+    assert best[1] == pytest.approx(float(queries[0] @ vectors[truth[0][0]]), abs=1e-5)
+
+
+def test_search_caps_k_and_handles_empty_index():
+    index = build_index(["a", "b"], random_unit(2, 8, seed=3), VectorConfig())
+    assert len(index.search(random_unit(1, 8, seed=4), 10)[0]) == 2
+    empty = build_index([], np.zeros((0, 8), np.float32), VectorConfig())
+    assert empty.search(random_unit(3, 8, seed=5), 4) == [[], [], []]
+
+
+def test_save_load_round_trip(tmp_path):
+    vectors = random_unit(50, 16, seed=6)
+    ids = [f"id{i}" for i in range(50)]
+    index = build_index(ids, vectors, VectorConfig())
+    path = tmp_path / "vectors" / "chunk-abc.faiss"
+    save_index(index, path)
+    assert path.exists() and path.with_suffix(".ids.parquet").exists()
+    assert not path.with_suffix(".tmp").exists()
+    loaded = load_index(path)
+    assert loaded.ids == ids
+    queries = random_unit(5, 16, seed=7)
+    assert loaded.search(queries, 3) == index.search(queries, 3)
+    np.testing.assert_allclose(loaded.index.reconstruct(7), vectors[7], rtol=1e-6)
+
+
+def test_hnsw_index_above_threshold(tmp_path):
+    vectors = random_unit(200, 16, seed=8)
+    ids = [str(i) for i in range(200)]
+    index = build_index(ids, vectors, VectorConfig(hnsw_threshold=100))
+    assert type(index.index).__name__ == "IndexHNSWFlat"
+    hits = index.search(vectors[:10], 1)
+    assert [h[0][0] for h in hits] == ids[:10]  # each vector finds itself
+    save_index(index, tmp_path / "h.faiss")
+    assert load_index(tmp_path / "h.faiss").search(vectors[:10], 1) == hits

@@ -1,0 +1,164 @@
+import pyarrow as pa
+import pytest
+
+from graphwright import tables
+from graphwright.store import IndexStore, sql_list
+from graphwright.tables import SchemaError
+
+
+def doc_rows(n, start=0, text="text"):
+    return [
+        {"doc_id": f"d{i:04d}", "source_key": f"k{i}", "source": "src", "title": f"T{i}", "text": f"{text} {i}",
+         "content_hash": f"h{i}", "metadata": None, "n_chars": 6, "run_id": "r1"}
+        for i in range(start, start + n)
+    ]
+
+
+def docs(n, start=0, text="text"):
+    return pa.Table.from_pylist(doc_rows(n, start, text))
+
+
+@pytest.fixture
+def store(tmp_path):
+    return IndexStore(tmp_path / "index")
+
+
+def test_missing_table_reads_empty_with_its_schema(store):
+    assert not store.exists("documents")
+    assert store.version("documents") is None
+    table = store.read("documents")
+    assert table.num_rows == 0 and table.schema.equals(tables.schema("documents").arrow)
+    assert store.read("documents", columns=["doc_id"]).column_names == ["doc_id"]
+    assert store.count("documents") == 0
+    assert store.delete("documents", "true") == 0
+    assert store.versions() == {}
+
+
+def test_ensure_creates_an_empty_table_once(store):
+    store.ensure("chunks")
+    assert store.exists("chunks") and store.version("chunks") == 0
+    store.ensure("chunks")
+    assert store.version("chunks") == 0
+    assert store.versions() == {"chunks": 0}
+
+
+def test_upsert_is_idempotent(store):
+    store.upsert("documents", docs(5))
+    v1 = store.version("documents")
+    before = store.read("documents").sort_by("doc_id")
+    store.upsert("documents", docs(5))
+    assert store.count("documents") == 5
+    assert store.read("documents").sort_by("doc_id").equals(before)
+    v2 = store.version("documents")
+    assert v2 >= v1
+    store.upsert("documents", tables.empty("documents"))  # nothing to merge: no new version
+    assert store.version("documents") == v2
+
+
+def test_upsert_updates_matches_and_inserts_new_rows(store):
+    store.upsert("documents", docs(3))
+    store.upsert("documents", docs(3, start=2, text="new"))  # d0002 updated, d0003..4 inserted
+    rows = {r["doc_id"]: r for r in store.read("documents").to_pylist()}
+    assert sorted(rows) == [f"d{i:04d}" for i in range(5)]
+    assert rows["d0001"]["text"] == "text 1"
+    assert rows["d0002"]["text"] == "new 2"
+
+
+def test_writes_are_validated_before_anything_is_written(store):
+    bad = docs(2).drop_columns(["title"])
+    with pytest.raises(SchemaError):
+        store.upsert("documents", bad)
+    assert not store.exists("documents")
+    dupes = pa.Table.from_pylist(doc_rows(2) + doc_rows(1))
+    for write in (store.upsert, store.append, store.overwrite):
+        with pytest.raises(SchemaError, match="duplicate primary key"):
+            write("documents", dupes)
+    assert not store.exists("documents")
+
+
+def test_read_at_an_old_version(store):
+    v1 = store.upsert("documents", docs(2))
+    v2 = store.upsert("documents", docs(2, start=2))
+    store.delete_in("documents", "doc_id", ["d0000"])
+    assert v2 > v1
+    assert store.count("documents", version=v1) == 2
+    assert sorted(store.read("documents", version=v1).column("doc_id").to_pylist()) == ["d0000", "d0001"]
+    assert store.count("documents", version=v2) == 4
+    assert store.count("documents") == 3
+
+
+def test_read_with_columns_and_where(store):
+    store.upsert("documents", docs(4))
+    table = store.read("documents", columns=["doc_id", "n_chars"], where="doc_id IN ('d0001', 'd0003')")
+    assert table.column_names == ["doc_id", "n_chars"]
+    assert sorted(table.column("doc_id").to_pylist()) == ["d0001", "d0003"]
+    assert table.schema.field("n_chars").type == pa.int64()
+
+
+def test_sql_list_quotes_values(store):
+    assert sql_list(["a", "O'Brien"]) == "('a', 'O''Brien')"
+    rows = doc_rows(2)
+    rows[1]["doc_id"] = "O'Brien"
+    store.upsert("documents", pa.Table.from_pylist(rows))
+    found = store.read("documents", where=f"doc_id IN {sql_list(['O' + chr(39) + 'Brien'])}")
+    assert found.column("doc_id").to_pylist() == ["O'Brien"]
+
+
+def test_delete_in_batches_large_value_lists(store):
+    store.upsert("documents", docs(1500))
+    deleted = store.delete_in("documents", "doc_id", [f"d{i:04d}" for i in range(1200)] + ["missing"])
+    assert deleted == 1200
+    assert store.count("documents") == 300
+
+
+def test_delete_in_with_extra_predicate(store):
+    rows = doc_rows(4)
+    rows[0]["run_id"] = rows[1]["run_id"] = "r2"
+    store.upsert("documents", pa.Table.from_pylist(rows))
+    assert store.delete_in("documents", "doc_id", ["d0000", "d0002"], also="run_id = 'r2'") == 1
+    assert sorted(store.read("documents").column("doc_id").to_pylist()) == ["d0001", "d0002", "d0003"]
+
+
+def test_append_and_overwrite(store):
+    store.append("documents", docs(2))
+    store.append("documents", docs(2, start=2))
+    assert store.count("documents") == 4
+    store.overwrite("documents", docs(1, start=9))
+    assert store.read("documents").column("doc_id").to_pylist() == ["d0009"]
+
+
+def _unchanged(result) -> bool:
+    """replace_if_changed's 'nothing changed' answer (a (version, changed) pair or a row diff)."""
+    if isinstance(result, dict):
+        return not (result.get("added") or result.get("removed") or result.get("changed"))
+    return result[1] is False
+
+
+def test_replace_if_changed_does_not_bump_the_version_on_identical_data(store):
+    first = store.replace_if_changed("documents", docs(3))
+    assert not _unchanged(first)
+    version = store.version("documents")
+    # the same rows in another order are the same table
+    shuffled = docs(3).take([2, 0, 1])
+    again = store.replace_if_changed("documents", shuffled)
+    assert _unchanged(again)
+    assert store.version("documents") == version
+
+
+def test_replace_if_changed_replaces_on_any_difference(store):
+    store.replace_if_changed("documents", docs(3))
+    version = store.version("documents")
+    result = store.replace_if_changed("documents", docs(3, text="edited"))
+    assert not _unchanged(result)
+    assert store.version("documents") == version + 1
+    assert store.read("documents").sort_by("doc_id").column("text").to_pylist() == ["edited 0", "edited 1", "edited 2"]
+    store.replace_if_changed("documents", docs(2))  # a removed row is a change too
+    assert store.count("documents") == 2 and store.version("documents") == version + 2
+
+
+def test_replace_if_changed_creates_an_empty_table(store):
+    store.replace_if_changed("communities", tables.empty("communities"))
+    assert store.exists("communities") and store.count("communities") == 0
+    version = store.version("communities")
+    assert _unchanged(store.replace_if_changed("communities", tables.empty("communities")))
+    assert store.version("communities") == version
