@@ -78,3 +78,8 @@ def data_table_versions(store) -> dict[str, int | None]:
     from graphwright.publish import DATA_TABLES
 
     return {name: store.version(name) for name in DATA_TABLES}
+
+
+def diff_counts(diff: dict) -> dict:
+    """The new/changed/unchanged/deleted counts of a documents diff (ignoring any finer counts)."""
+    return {k: diff[k] for k in ("new", "changed", "unchanged", "deleted")}

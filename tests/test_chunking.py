@@ -132,7 +132,7 @@ def test_chunker_batch_function():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="chunking.py:31-43: windows start at token 0 with a fixed stride, so inserting a paragraph "
+    reason="chunking.py:29-43 (split_spans): windows start at token 0 with a fixed stride, so inserting a paragraph "
     "above unchanged text shifts every later window and changes every chunk id, which ids.chunk_id "
     "(ids.py:27-29) says must not happen",
 )
@@ -146,7 +146,7 @@ def test_inserting_a_paragraph_above_keeps_later_chunk_ids():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="chunking.py:49: window edges fall on WordPiece sub-tokens, so a chunk can start or end "
+    reason="chunking.py:45-49 (chunk_text): window edges fall on WordPiece sub-tokens, so a chunk can start or end "
     "inside a word ('Port El|ling', 'Ca|ptain'); the nlp extractor then finds fragments such as 'El'",
 )
 def test_chunks_do_not_split_words():
@@ -158,7 +158,7 @@ def test_chunks_do_not_split_words():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="config.py:20: the default chunk of 256 word-pieces plus [CLS]/[SEP] is 258 tokens, over "
+    reason="config.py:26 (ChunkConfig.size_tokens): the default chunk of 256 word-pieces plus [CLS]/[SEP] is 258 tokens, over "
     "all-MiniLM-L6-v2's max_seq_length of 256, so the last 2 word-pieces of every full chunk are "
     "truncated away when embedded",
 )

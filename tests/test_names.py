@@ -50,7 +50,7 @@ def test_has_honorific():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="names.py:38: the honorific loop strips 'King'/'Queen' even when a connector follows, so "
+    reason="names.py:35 (normalize_name): the honorific loop strips 'King'/'Queen' even when a connector follows, so "
     "'King of France' and 'Queen of France' both normalize to 'of france' and resolve merges them",
 )
 def test_titles_with_of_are_not_merged():

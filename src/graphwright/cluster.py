@@ -130,6 +130,12 @@ def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray
     return np.asarray([label[e] if e in label else next(fresh) for e in entity_ids], dtype=np.int64)
 
 
+def graph_hash(entities: pa.Table, relationships: pa.Table) -> str:
+    """Identifies the weighted graph: sorted entity ids and (relationship id, weight) pairs."""
+    rels = sorted(zip(relationships.column("relationship_id").to_pylist(), relationships.column("weight").to_pylist()))
+    return ids.stable_id("graph", *sorted(entities.column("entity_id").to_pylist()), *(f"{r}:{w!r}" for r, w in rels), length=32)
+
+
 def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
             previous: pa.Table | None = None) -> pa.Table:
     """The communities table for the current entities and relationships (warm-started from
@@ -171,6 +177,7 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
                 "relationship_ids": inside,
                 "chunk_ids": sorted({cid for e in member_ids for cid in entity_chunks[e]}),
                 "size": len(members),
+                "graph_hash": graph_hash(entities, relationships),
             }
         )
     return pa.Table.from_pylist(rows, schema=tables.schema("communities").arrow)

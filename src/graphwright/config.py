@@ -59,6 +59,8 @@ class ReportConfig(_Section):
     mode: Literal["extractive"] = "extractive"
     min_size: int = Field(2, ge=1)
     max_sentences: int = Field(6, ge=1)
+    context_entities: int = Field(10, ge=1)  # a report is written from its top entities...
+    context_relationships: int = Field(20, ge=1)  # ...and heaviest relationships
 
 
 class EmbedConfig(_Section):

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.chunking import Chunker
-from graphwright.cluster import cluster
+from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.embed import EmbedBatch, model_name
 from graphwright.executors import BatchStage, make_executor
@@ -81,13 +81,14 @@ class Run:
         self.metrics.append(row)
         self.log(f"[bold]{name:<8}[/] {row['wall_s']:6.1f}s  " + ", ".join(f"{k}={v}" for k, v in details.items() if not isinstance(v, (dict, list))))
 
-    def map_batches(self, label: str, table: pa.Table, stage: BatchStage):
+    def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
+        """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
         if self.executor is None:  # started on first use: a no-op run never starts Ray
             self.executor = make_executor(self.config.execution)
             self.log(f"executor: {self.executor.describe()}")
         with self.progress.task(label, table.num_rows) as advance:
             for batch in self.executor.map_batches(table, stage):
-                advance(batch.num_rows if label != "chunk" else len(set(batch.column("doc_id").to_pylist())))
+                advance(count(batch))
                 yield batch
 
 
@@ -120,7 +121,7 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
                 + (f" ({len(batch.errors)} problems, listed above)" if batch.errors else "")
             )
         incoming = documents_table(batch.documents, run.run_id)
-        indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source"])
+        indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source", "title", "metadata"])
         diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=batch.failed_sources)
         limit = run.config.ingest.max_delete_fraction
         if diff.deleted and not force and len(diff.deleted) > limit * indexed.num_rows:
@@ -130,7 +131,7 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
                 f"they are missing from {', '.join(map(str, sources))}. Pass --force if that is intended, "
                 f"or --append to add documents without deleting any"
             )
-        write = set(diff.new) | set(diff.changed)
+        write = set(diff.new) | set(diff.changed) | set(diff.relabeled)
         if write:
             run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
         if diff.deleted:
@@ -153,7 +154,7 @@ def stage_delete(run: Run, doc_ids: list[str], source_globs: list[str]) -> dict:
             run.log(f"[yellow]not indexed[/] {ident}")
         deleted = run.store.delete_in("documents", "doc_id", chosen) if chosen else 0
         m.update(rows_in=docs.num_rows, rows_out=deleted, deleted=deleted, not_found=len(missing))
-        return {"diff": {"new": 0, "changed": 0, "unchanged": docs.num_rows - deleted, "deleted": deleted}, "errors": [],
+        return {"diff": {"new": 0, "changed": 0, "unchanged": docs.num_rows - deleted, "deleted": deleted, "relabeled": 0}, "errors": [],
                 "not_found": missing}
 
 
@@ -171,7 +172,8 @@ def stage_chunk(run: Run) -> dict:
             stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens),
                                batch_size=8, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
-            for batch in run.map_batches("chunk", texts, stage):
+            documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))  # noqa: E731
+            for batch in run.map_batches("chunk", texts, stage, documents_in):
                 pending.append(batch)
                 if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
                     written += _commit_chunks(store, pending)
@@ -290,9 +292,14 @@ def stage_cluster(run: Run) -> dict:
     with run.stage("cluster") as m:
         entities = store.read("entities", columns=["entity_id", "chunk_ids"])
         relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
-        previous = store.read("communities", columns=["level", "entity_ids"])
-        communities = cluster(entities, relationships, run.config.cluster, previous=previous)
-        diff = store.replace_if_changed("communities", communities)
+        previous = store.read("communities")
+        unchanged = previous.num_rows and previous.column("graph_hash")[0].as_py() == graph_hash(entities, relationships)
+        if unchanged:  # same graph: keep the communities (a warm-started Leiden could still move nodes)
+            communities = previous
+            diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
+        else:
+            communities = cluster(entities, relationships, run.config.cluster, previous=previous)
+            diff = store.replace_if_changed("communities", communities)
         levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
         per_level = {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
         m.update(rows_in=entities.num_rows, rows_out=communities.num_rows, engine=run.config.cluster.engine,

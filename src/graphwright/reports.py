@@ -46,73 +46,73 @@ def build_reports(
 ) -> tuple[pa.Table, dict[str, int]]:
     """Reports for every community of at least `min_size` entities, deepest level first.
 
-    A report whose inputs (members and their descriptions, inner relationships, child reports)
-    hash the same as a report in `previous` is reused instead of rebuilt. Returns the table and
-    {"built": n, "reused": m}.
+    Each report is built from a bounded context (its top entities and relationships, or its
+    children's reports); a report whose context hashes the same as one in `previous` is reused
+    instead of rebuilt. Returns the table and {"built": n, "reused": m}.
     """
-    ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count", "chunk_ids"]).to_pylist()}
+    ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count"]).to_pylist()}
     rel = {r["relationship_id"]: r for r in relationships.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
-    comms = communities.to_pylist()
     reusable = {r["input_hash"]: r for r in previous.to_pylist()} if previous is not None else {}
 
     reports: dict[str, dict] = {}
     stats = {"built": 0, "reused": 0}
     # deepest level first, so every child report exists before its parent's
-    for c in sorted(comms, key=lambda c: (-c["level"], c["community_id"])):
+    for c in sorted(communities.to_pylist(), key=lambda c: (-c["level"], c["community_id"])):
         if c["size"] < config.min_size:
             continue
-        members = sorted((ent[e] for e in c["entity_ids"]), key=lambda e: (-e["degree"], -e["mention_count"], e["name"]))
-        inner = sorted((rel[r] for r in c["relationship_ids"]), key=lambda r: (-r["weight"], r["relationship_id"]))
-        children = sorted((reports[k] for k in c["children_ids"] if k in reports), key=lambda r: (-r["rating"], r["community_id"]))
-        n_chunks = len(c["chunk_ids"])
-        # a local, absolute scale: a report's rating must not change because another community grew
-        rating = round(min(10.0, 2.5 * math.log2(1 + n_chunks)), 1)
-        input_hash = ids.stable_id(
-            "report-input", GENERATOR, config.max_sentences, rating,
-            *(f"{e['name']}|{e['type']}|{e['description']}" for e in members),
-            *(f"{r['relationship_id']}|{r['weight']}|{r['description']}" for r in inner),
-            *(r["input_hash"] for r in children),
-            length=32,
-        )
+        context = report_context(c, ent, rel, [reports[k] for k in c["children_ids"] if k in reports], config)
+        input_hash = ids.stable_id("report-input", GENERATOR, json.dumps(context, sort_keys=True), length=32)
         if input_hash in reusable:
-            reports[c["community_id"]] = {**reusable[input_hash], "community_id": c["community_id"], "level": c["level"]}
+            report = {**reusable[input_hash]}
             stats["reused"] += 1
-            continue
-        reports[c["community_id"]] = _extractive_report(c, members, inner, children, rating, n_chunks, config)
-        reports[c["community_id"]]["input_hash"] = input_hash
-        stats["built"] += 1
+        else:
+            report = {**_extractive_report(context, config), "input_hash": input_hash, "generator": GENERATOR}
+            stats["built"] += 1
+        reports[c["community_id"]] = {**report, "community_id": c["community_id"], "level": c["level"]}
     rows = [reports[k] for k in sorted(reports)]
     return pa.Table.from_pylist(rows, schema=tables.schema("community_reports").arrow), stats
 
 
-def _extractive_report(c, members, inner, children, rating, n_chunks, config: ReportConfig) -> dict:
-    if children:
-        candidates = [s for r in children for s in _sentences(r["summary"])[:2]]
-        basis = f"{len(children)} sub-community reports"
+def report_context(community: dict, ent: dict, rel: dict, children: list[dict], config: ReportConfig) -> dict:
+    """Everything a report is written from, bounded: the community's most connected entities and
+    heaviest relationships (first sentences of their descriptions) and its children's summaries.
+    The report's input hash is this context's hash, so it changes exactly when the report would."""
+    members = sorted((ent[e] for e in community["entity_ids"]), key=lambda e: (-e["degree"], -e["mention_count"], e["name"]))
+    inner = sorted((rel[r] for r in community["relationship_ids"]), key=lambda r: (-r["weight"], r["relationship_id"]))
+    n_chunks = len(community["chunk_ids"])
+    # Items are selected by rank but listed by name: a weight that grows without changing which
+    # items are selected must not change the context (and so trigger a new report).
+    top_entities = sorted(members[: config.context_entities], key=lambda e: e["name"])
+    top_relationships = sorted([r for r in inner if r["description"]][: config.context_relationships], key=lambda r: (r["source"], r["target"]))
+    return {
+        "entities": [[e["name"], e["type"], " ".join(_sentences(e["description"])[:2])] for e in top_entities],
+        "relationships": [[r["source"], r["target"], " ".join(_sentences(r["description"])[:2])] for r in top_relationships],
+        "children": [[r["title"], r["summary"], r["rating"]] for r in sorted(children, key=lambda r: (r["title"], r["summary"]))],
+        "key_entities": [e["name"] for e in members[:5]],  # in rank order: the title and findings lead with them
+        # an absolute, local scale in half points: a rating must not move because another community grew
+        "rating": round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2,
+    }
+
+
+def _extractive_report(context: dict, config: ReportConfig) -> dict:
+    if context["children"]:
+        candidates = [s for _, summary, _ in context["children"] for s in _sentences(summary)[:2]]
+        basis = f"the reports of its {len(context['children'])} sub-communities"
     else:
-        candidates = [s for r in inner for s in _sentences(r["description"])]
-        candidates += [s for e in members for s in _sentences(e["description"])[:1]]
-        basis = f"{len(inner)} relationships among its {len(members)} entities"
-    summary_sentences = _pick_sentences(candidates, config.max_sentences)
-    findings = [
-        {"summary": f"{e['name']} ({e['type']})", "explanation": " ".join(_sentences(e["description"])[:2])}
-        for e in members[:5]
-    ] + [
-        {"summary": f"{r['source']} and {r['target']}", "explanation": " ".join(_sentences(r["description"])[:1])}
-        for r in inner[:5]
-        if r["description"]
-    ]
-    title = _title([e["name"] for e in members[:3]])
-    summary = " ".join(summary_sentences) or f"{title}: {len(members)} entities that occur together."
+        candidates = [s for _, _, d in context["relationships"] for s in _sentences(d)]
+        candidates += [s for _, _, d in context["entities"] for s in _sentences(d)[:1]]
+        basis = "its entities and relationships"
+    title = _title(context["key_entities"][:3])
+    summary = " ".join(_pick_sentences(candidates, config.max_sentences)) or f"{title}: entities that occur together."
+    described = {name: (etype, desc) for name, etype, desc in context["entities"]}
+    findings = [{"summary": f"{name} ({described[name][0]})", "explanation": described[name][1]} for name in context["key_entities"]]
+    findings += [{"summary": f"{a} and {b}", "explanation": " ".join(_sentences(d)[:1])} for a, b, d in context["relationships"][:5]]
     full = "\n".join([f"# {title}", "", summary, ""] + [f"- {f['summary']}: {f['explanation']}" for f in findings])
     return {
-        "community_id": c["community_id"],
-        "level": c["level"],
         "title": title,
         "summary": summary,
-        "rating": rating,
-        "rating_explanation": f"2.5 x log2(1 + {n_chunks} supporting text chunks), capped at 10; summary built from {basis}.",
+        "rating": context["rating"],
+        "rating_explanation": f"2.5 x log2(1 + supporting text chunks), capped at 10, in half points; summary drawn from {basis}.",
         "findings": json.dumps(findings, ensure_ascii=False),
         "full_content": full,
-        "generator": GENERATOR,
     }

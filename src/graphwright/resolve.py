@@ -36,7 +36,7 @@ def _pick_name(surfaces: Counter) -> str:
 def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(entities, entity_aliases, relationships) from mentions and assertions."""
     groups: dict[str, dict] = {}
-    alias_counts: dict[str, Counter] = defaultdict(Counter)
+    alias_counts: Counter = Counter()
     cols = [mentions.column(c).to_pylist() for c in ("name", "type", "description", "count", "chunk_id", "doc_id")]
     for name, etype, desc, count, cid, did in zip(*cols):
         key = normalize_name(name)
@@ -49,7 +49,7 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig) -> 
         g["chunks"].add(cid)
         g["docs"].add(did)
         g["n"] += count
-        alias_counts[name][key] += count
+        alias_counts[name] += count
 
     key_to_id = {key: ids.entity_id(key) for key in groups}
 
@@ -94,18 +94,16 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig) -> 
         )
     name_of = {r["entity_id"]: r["name"] for r in entity_rows}
 
-    alias_rows = []
-    for alias in sorted(alias_counts):
-        ((key, n),) = alias_counts[alias].most_common(1)
-        alias_rows.append(
-            {
-                "alias": alias,
-                "entity_id": key_to_id[key],
-                "method": config.method,
-                "evidence": f"normalizes to {key!r}",
-                "mention_count": sum(alias_counts[alias].values()),
-            }
-        )
+    alias_rows = [
+        {
+            "alias": alias,
+            "entity_id": key_to_id[normalize_name(alias)],
+            "method": config.method,
+            "evidence": f"normalizes to {normalize_name(alias)!r}",
+            "mention_count": n,
+        }
+        for alias, n in sorted(alias_counts.items())
+    ]
 
     rel_rows = []
     for (a, b) in sorted(rel_groups):

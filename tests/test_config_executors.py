@@ -1,0 +1,68 @@
+import pyarrow as pa
+import pytest
+
+from graphwright.config import ConfigError, PipelineConfig, load_config
+from graphwright.executors import BatchStage, LocalExecutor, make_executor
+from _helpers import CONFIG_FILE
+
+
+def test_defaults_are_the_local_cpu_profile():
+    cfg = load_config()
+    assert cfg == PipelineConfig()
+    assert cfg.execution.executor == "ray" and cfg.embed.engine == "sentence-transformers"
+    assert cfg.chunk.size_tokens == 256 and cfg.chunk.overlap_tokens == 32
+
+
+def test_pipelines_local_cpu_yaml_spells_out_the_defaults():
+    from pathlib import Path
+
+    profile = Path(__file__).resolve().parents[1] / "pipelines" / "local-cpu.yaml"
+    if not profile.exists():
+        pytest.skip("no pipelines/local-cpu.yaml in this checkout")
+    assert load_config(profile) == PipelineConfig()
+
+
+def test_file_then_overrides():
+    cfg = load_config(CONFIG_FILE, {"execution": {"commit_every": 7}, "chunk": {"overlap_tokens": 4}})
+    assert cfg.embed.engine == "hashing" and cfg.execution.executor == "local"  # from the file
+    assert cfg.execution.commit_every == 7 and cfg.chunk.overlap_tokens == 4  # overrides
+    assert cfg.chunk.size_tokens == 64  # the file's value survives a partial override of its section
+    assert load_config(None, {"embed": {"engine": "hashing"}}).embed.engine == "hashing"
+
+
+def test_invalid_override_is_a_config_error():
+    with pytest.raises(ConfigError, match="executor"):
+        load_config(CONFIG_FILE, {"execution": {"executor": "spark"}})
+
+
+def test_empty_file_is_the_defaults(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing\n")
+    assert load_config(path) == PipelineConfig()
+
+
+def test_config_hash_is_stable_and_sensitive():
+    a, b = load_config(CONFIG_FILE), load_config(CONFIG_FILE)
+    assert a.config_hash() == b.config_hash() and len(a.config_hash()) == 16
+    assert a.config_hash() != load_config(CONFIG_FILE, {"chunk": {"size_tokens": 65}}).config_hash()
+
+
+class Doubler:
+    def __init__(self, factor):
+        self.factor = factor
+        Doubler.instances += 1
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.table({"x": [v * self.factor for v in batch.column("x").to_pylist()]})
+
+
+def test_local_executor_runs_batches_in_order():
+    Doubler.instances = 0
+    executor = make_executor(load_config(CONFIG_FILE).execution)
+    assert isinstance(executor, LocalExecutor) and executor.describe().startswith("local")
+    out = list(executor.map_batches(pa.table({"x": list(range(10))}), BatchStage("double", Doubler, (2,), batch_size=3)))
+    assert [b.num_rows for b in out] == [3, 3, 3, 1]
+    assert pa.concat_tables(out).column("x").to_pylist() == [2 * v for v in range(10)]
+    assert Doubler.instances == 1  # the batch function is built once, then reused
+    assert list(executor.map_batches(pa.table({"x": pa.array([], pa.int64())}), BatchStage("d", Doubler, (2,)))) == []
+    executor.close()

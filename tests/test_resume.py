@@ -1,0 +1,117 @@
+"""Resumability: a run killed in the extract stage, rerun, ends exactly where an uninterrupted run
+ends, with no duplicate rows."""
+
+import shutil
+
+import pytest
+
+from graphwright import pipeline as P
+from graphwright import tables
+from graphwright.store import IndexStore
+from _helpers import CORPUS, make_config, run, sorted_rows
+
+# small batches and a commit per batch, so the extract stage commits many times
+SMALL = dict(extract={"batch_size": 2}, execution={"commit_every": 2})
+GRAPH = ("mentions", "assertions", "entities", "entity_aliases", "relationships")
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def assert_same_result(store, reference, names=GRAPH + ("communities",)):
+    for name in names:
+        table = store.read(name)
+        tables.schema(name).validate(table)  # includes: no duplicate primary keys
+        assert sorted_rows(table, name) == sorted_rows(reference.read(name), name), name
+    marks = store.read("extractions").to_pylist()
+    assert len(marks) == store.count("chunks") and {m["status"] for m in marks} == {"ok"}
+    ids_ = [m["mention_id"] for m in store.read("mentions").to_pylist()]
+    assert len(ids_) == len(set(ids_))
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    shutil.copytree(CORPUS, tmp_path / "corpus")
+    return tmp_path / "corpus"
+
+
+def test_crash_between_extract_commits_then_resume(indexed, corpus, tmp_path, monkeypatch):
+    index = tmp_path / "index"
+    real = P._commit_extractions
+    calls = []
+
+    def crash_on_second(store, run_id, results):
+        calls.append(len(results))
+        if len(calls) == 2:
+            raise Crash("killed during the extract stage")
+        return real(store, run_id, results)
+
+    monkeypatch.setattr(P, "_commit_extractions", crash_on_second)
+    with pytest.raises(Crash):
+        run([corpus], index, make_config(**SMALL))
+    monkeypatch.setattr(P, "_commit_extractions", real)
+
+    store = IndexStore(index)
+    done = store.count("extractions")
+    assert 0 < done < store.count("chunks")  # the premise: a partial extraction was committed
+    assert [r["status"] for r in store.read("runs").to_pylist()] == ["failed"]
+
+    s = run([corpus], index, make_config(**SMALL))
+    assert s["chunks_extracted"] == store.count("chunks") - done  # only the missing part
+    assert s["version"] == 1
+    assert_same_result(store, indexed.store)
+
+
+def test_crash_inside_a_commit_before_the_markers_then_resume(indexed, corpus, tmp_path, monkeypatch):
+    """Mentions and assertions of a batch are written but its completion markers are not."""
+    index = tmp_path / "index"
+    real = IndexStore.upsert
+    marker_writes = []
+
+    def upsert(self, name, table):
+        if name == "extractions":
+            marker_writes.append(table.num_rows)
+            if len(marker_writes) == 3:
+                raise Crash("killed between the rows and their markers")
+        return real(self, name, table)
+
+    monkeypatch.setattr(IndexStore, "upsert", upsert)
+    with pytest.raises(Crash):
+        run([corpus], index, make_config(**SMALL))
+    monkeypatch.setattr(IndexStore, "upsert", real)
+
+    store = IndexStore(index)
+    marked = set(store.read("extractions").column("chunk_id").to_pylist())
+    orphaned = set(store.read("mentions").column("chunk_id").to_pylist()) - marked
+    assert orphaned  # the premise: rows without markers were left behind
+
+    s = run([corpus], index, make_config(**SMALL))
+    assert s["chunks_extracted"] == store.count("chunks") - len(marked)
+    assert_same_result(store, indexed.store)
+
+
+def test_failed_chunks_are_retried_on_the_next_run(indexed, corpus, tmp_path, monkeypatch):
+    import graphwright.extract.nlp as nlp
+
+    real = nlp.extract_chunk
+
+    def flaky(text, config):
+        if "Hollis Wren" in text:
+            raise RuntimeError("extractor fell over")
+        return real(text, config)
+
+    monkeypatch.setattr(nlp, "extract_chunk", flaky)
+    index = tmp_path / "index"
+    first = run([corpus], index)
+    store = IndexStore(index)
+    failed = [m for m in store.read("extractions").to_pylist() if m["status"] == "failed"]
+    assert first["chunks_failed"] == len(failed) > 0
+    assert all(m["error"] == "RuntimeError: extractor fell over" and m["n_mentions"] == 0 for m in failed)
+    monkeypatch.setattr(nlp, "extract_chunk", real)
+
+    second = run([corpus], index)
+    assert second["chunks_extracted"] == len(failed) and second["chunks_failed"] == 0
+    assert second["new_version"] and second["version"] == 2
+    # (communities are left out: Leiden is warm-started from the first run's partial graph)
+    assert_same_result(store, indexed.store, GRAPH)

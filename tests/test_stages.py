@@ -1,0 +1,202 @@
+"""One test per pipeline stage, each run through the local executor on a fresh index of the
+test corpus (the stages before it run first)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from graphwright import ids, tables
+from graphwright import pipeline as P
+from graphwright.embed import make_embedder, model_name
+from graphwright.extract import extractor_key
+from graphwright.progress import StageProgress
+from graphwright.publish import DATA_TABLES, load_manifest
+from graphwright.store import IndexStore
+from graphwright.vectors import load_index
+from _helpers import CORPUS, CORPUS_KEYS, assert_valid, data_table_versions, diff_counts, make_config
+
+ORDER = ["ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish"]
+
+
+class Stages:
+    def __init__(self, root, config=None):
+        self.store = IndexStore(root / "index")
+        self.store.root.mkdir(parents=True)
+        self.config = config or make_config()
+        self.logs = []
+        self.run = P.Run(self.store, self.config, "run-test", StageProgress(False), self.logs.append)
+        self.results = {}
+
+    def do(self, name):
+        if name == "ingest":
+            out = P.stage_ingest(self.run, [str(CORPUS)], True)
+        elif name == "publish":
+            out = P.stage_publish(self.run, self.results["embed"]["vector_indexes"])
+        else:
+            out = getattr(P, f"stage_{name}")(self.run)
+        self.results[name] = out
+        return out
+
+    def upto(self, last):
+        for name in ORDER[:ORDER.index(last)]:
+            self.do(name)
+        return self
+
+
+@pytest.fixture
+def stages(tmp_path):
+    return Stages(tmp_path)
+
+
+def test_stage_ingest(stages):
+    out = stages.do("ingest")
+    assert diff_counts(out["diff"]) == {"new": 6, "changed": 0, "unchanged": 0, "deleted": 0}
+    assert out["errors"] == []
+    docs = assert_valid(stages.store, "documents")
+    assert set(docs.column("source_key").to_pylist()) == CORPUS_KEYS
+    for row in docs.to_pylist():
+        assert row["doc_id"] == ids.doc_id(row["source_key"])
+        assert row["content_hash"] == ids.content_hash(row["text"])
+        assert row["run_id"] == "run-test"
+    version = stages.store.version("documents")
+    again = stages.do("ingest")
+    assert again["diff"]["unchanged"] == 6
+    assert stages.store.version("documents") == version  # nothing rewritten
+    assert stages.run.metrics[0]["stage"] == "ingest"
+
+
+def test_stage_chunk(stages):
+    stages.upto("chunk")
+    out = stages.do("chunk")
+    assert out["chunked_documents"] == 6 and out["chunks_written"] > 6
+    chunks = assert_valid(stages.store, "chunks")
+    docs = {d["doc_id"]: d for d in stages.store.read("documents").to_pylist()}
+    size = stages.config.chunk.size_tokens
+    for c in chunks.to_pylist():
+        doc = docs[c["doc_id"]]
+        assert c["doc_hash"] == doc["content_hash"]
+        assert doc["text"][c["start_char"]:c["end_char"]] == c["text"]
+        assert 0 < c["n_tokens"] <= size
+    per_doc = {}
+    for c in chunks.to_pylist():
+        per_doc.setdefault(c["doc_id"], []).append(c["chunk_index"])
+    assert set(per_doc) == set(docs)
+    assert all(sorted(v) == list(range(len(v))) for v in per_doc.values())
+    again = stages.do("chunk")
+    assert again["chunked_documents"] == 0 and again["chunks_written"] == 0 and again["chunks_removed"] == 0
+
+
+def test_stage_extract(stages):
+    stages.upto("extract")
+    out = stages.do("extract")
+    n_chunks = stages.store.count("chunks")
+    assert out["chunks_extracted"] == n_chunks and out["chunks_failed"] == 0
+    key = extractor_key(stages.config.extract)
+    marks = assert_valid(stages.store, "extractions").to_pylist()
+    assert len(marks) == n_chunks and {m["status"] for m in marks} == {"ok"} and {m["extractor"] for m in marks} == {key}
+    mentions = assert_valid(stages.store, "mentions")
+    assertions = assert_valid(stages.store, "assertions")
+    # the markers count what was written for each chunk
+    per_chunk = {}
+    for cid in mentions.column("chunk_id").to_pylist():
+        per_chunk[cid] = per_chunk.get(cid, 0) + 1
+    for m in marks:
+        assert per_chunk.get(m["chunk_id"], 0) == m["n_mentions"]
+    for row in mentions.to_pylist():
+        assert row["mention_id"] == ids.stable_id("mention", row["chunk_id"], row["name"], key)
+    assert assertions.num_rows == sum(m["n_assertions"] for m in marks)
+    names = set(mentions.column("name").to_pylist())
+    assert {"Tobias Reed", "Port Elling", "Kestrel Island", "Oswin Hale", "Elling Harbor Company"} <= names
+    again = stages.do("extract")
+    assert again["chunks_extracted"] == 0
+
+
+def test_stage_resolve(stages):
+    stages.upto("resolve")
+    stages.do("resolve")
+    entities = assert_valid(stages.store, "entities").to_pylist()
+    aliases = assert_valid(stages.store, "entity_aliases").to_pylist()
+    rels = assert_valid(stages.store, "relationships").to_pylist()
+    chunk_ids = set(stages.store.read("chunks").column("chunk_id").to_pylist())
+    doc_ids = set(stages.store.read("documents").column("doc_id").to_pylist())
+    by_name = {e["name"]: e for e in entities}
+    assert by_name["Tobias Reed"]["mention_count"] >= 5
+    assert len(by_name["Tobias Reed"]["doc_ids"]) >= 4  # mentioned across the corpus
+    for e in entities:
+        assert set(e["chunk_ids"]) <= chunk_ids and set(e["doc_ids"]) <= doc_ids
+    eids = {e["entity_id"] for e in entities}
+    assert {a["entity_id"] for a in aliases} == eids
+    for r in rels:
+        assert r["source_id"] in eids and r["target_id"] in eids and r["source_id"] < r["target_id"]
+    versions = {n: stages.store.version(n) for n in ("entities", "entity_aliases", "relationships")}
+    stages.do("resolve")
+    assert {n: stages.store.version(n) for n in versions} == versions  # identical result: no new version
+
+
+def test_stage_cluster(stages):
+    stages.upto("cluster")
+    stages.do("cluster")
+    comms = assert_valid(stages.store, "communities").to_pylist()
+    eids = sorted(stages.store.read("entities").column("entity_id").to_pylist())
+    assert sorted(e for c in comms if c["level"] == 0 for e in c["entity_ids"]) == eids
+    by_id = {c["community_id"]: c for c in comms}
+    for c in comms:
+        if c["children_ids"]:
+            assert sorted(e for k in c["children_ids"] for e in by_id[k]["entity_ids"]) == sorted(c["entity_ids"])
+    assert max(c["level"] for c in comms) >= 1  # max_cluster_size=4 forces a hierarchy
+    version = stages.store.version("communities")
+    stages.do("cluster")
+    assert stages.store.version("communities") == version
+
+
+def test_stage_report(stages):
+    stages.upto("report")
+    stages.do("report")
+    reports = assert_valid(stages.store, "community_reports").to_pylist()
+    comms = stages.store.read("communities").to_pylist()
+    assert {r["community_id"] for r in reports} == {c["community_id"] for c in comms if c["size"] >= stages.config.report.min_size}
+    for r in reports:
+        assert r["summary"] and r["title"] and r["full_content"].startswith(f"# {r['title']}")
+        json.loads(r["findings"])
+    version = stages.store.version("community_reports")
+    stages.do("report")
+    assert stages.store.version("community_reports") == version
+
+
+def test_stage_embed(stages):
+    stages.upto("embed")
+    out = stages.do("embed")
+    model = model_name(stages.config.embed)
+    emb = assert_valid(stages.store, "embeddings")
+    counts = {k: stages.store.count(t) for k, t in (("entity", "entities"), ("chunk", "chunks"), ("report", "community_reports"))}
+    for kind, n in counts.items():
+        assert out["counts"][kind]["embedded"] == n
+        path = stages.store.root / out["vector_indexes"][kind]
+        assert path.exists()
+        assert len(load_index(path).ids) == n
+    assert emb.num_rows == sum(counts.values())
+    assert set(emb.column("model").to_pylist()) == {model}
+    # a stored chunk vector is the embedding of the chunk's text
+    chunk = stages.store.read("chunks").to_pylist()[0]
+    row = next(r for r in emb.to_pylist() if r["kind"] == "chunk" and r["item_id"] == chunk["chunk_id"])
+    np.testing.assert_allclose(row["vector"], make_embedder(stages.config.embed).encode([chunk["text"]])[0], rtol=1e-6)
+    again = stages.do("embed")
+    assert all(c["embedded"] == 0 for c in again["counts"].values())
+    assert again["vector_indexes"] == out["vector_indexes"]
+
+
+def test_stage_publish(stages):
+    stages.upto("publish")
+    manifest = stages.do("publish")
+    assert manifest["new"] and manifest["version"] == 1
+    assert manifest["table_versions"] == {k: v for k, v in data_table_versions(stages.store).items()}
+    assert set(manifest["table_versions"]) == set(DATA_TABLES)
+    assert manifest["counts"]["documents"] == 6
+    stored = load_manifest(stages.store)
+    assert stored["version"] == 1 and stored["table_versions"] == manifest["table_versions"]
+    assert stored["embedding_model"] == model_name(stages.config.embed)
+    again = stages.do("publish")
+    assert not again["new"] and again["version"] == 1
+    assert len(stages.store.read("index_manifest")) == 1
+    tables.schema("index_manifest").validate(stages.store.read("index_manifest"))
