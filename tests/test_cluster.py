@@ -222,12 +222,7 @@ def test_warm_start_from_an_identical_graph_keeps_every_community(engine):
     "engine",
     [
         "igraph",
-        pytest.param("leidenalg", marks=pytest.mark.xfail(
-            strict=True, raises=BaseException,
-            reason="cluster.py:129 (previous_membership): it numbers new entities from len(label)+1, past the "
-            "node count; leidenalg rejects an initial membership value >= n ('Value cannot exceed length "
-            "of list', raised as a bare BaseException), so with engine=leidenalg and warm_start (the "
-            "default) any incremental run that adds an entity crashes in the cluster stage")),
+        "leidenalg",
     ],
 )
 def test_warm_start_with_a_new_entity(engine):

@@ -48,11 +48,6 @@ def test_has_honorific():
     assert not has_honorific("")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="names.py:35 (normalize_name): the honorific loop strips 'King'/'Queen' even when a connector follows, so "
-    "'King of France' and 'Queen of France' both normalize to 'of france' and resolve merges them",
-)
 def test_titles_with_of_are_not_merged():
     assert normalize_name("King of France") != normalize_name("Queen of France")
     assert not normalize_name("Prince of Wales").startswith("of ")

@@ -251,12 +251,6 @@ def test_only_bad_inputs_on_a_new_index(tmp_path):
         load_manifest(IndexStore(tmp_path / "index"))
 
 
-@pytest.mark.xfail(
-    strict=True, raises=SchemaError,
-    reason="pipeline.py:116 (stage_ingest): source_errors is upserted with primary key (run_id, source), but "
-    "ingest.py:175 (read_sources) reports every duplicate record of one file under the same source (the file "
-    "path), so two duplicate records in one JSONL file make the whole run fail with a SchemaError",
-)
 def test_duplicate_records_in_one_file_are_reported_not_fatal(tmp_path):
     corpus = tmp_path / "corpus"
     shutil.copytree(CORPUS, corpus)
@@ -270,12 +264,6 @@ def test_duplicate_records_in_one_file_are_reported_not_fatal(tmp_path):
     assert len(s["source_errors"]) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline.py:87 and :363 (Run.map_batches, stage_embed): the embed stage iterates map_batches even with 0 "
-    "rows, which starts the executor, so a no-op rerun starts Ray (seconds, or a cluster connection) "
-    "although the code says 'a no-op run never starts Ray'",
-)
 def test_a_noop_rerun_does_not_start_an_executor(indexed, indexed_copy, monkeypatch):
     started = []
     real = P.make_executor
@@ -285,12 +273,6 @@ def test_a_noop_rerun_does_not_start_an_executor(indexed, indexed_copy, monkeypa
     assert started == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="query.py:73 (Searcher.search) `top_k = top_k or qc.top_chunks` turns top_k=0 into the default 10, and a "
-    "negative top_k reaches faiss (AssertionError) or slices off the last candidate; cli.py:180's --top-k "
-    "has no lower bound",
-)
 @pytest.mark.parametrize("mode", ["naive", "local"])
 @pytest.mark.parametrize("k", [0, -1])
 def test_query_rejects_or_honours_non_positive_top_k(indexed, mode, k):
@@ -301,12 +283,6 @@ def test_query_rejects_or_honours_non_positive_top_k(indexed, mode, k):
     assert result["evidence"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="publish.py:52-53 (publish) compares config_hash(), which covers execution settings (executor, address, "
-    "actors, commit_every) that do not change the index, so rerunning unchanged input with another "
-    "executor or batch setting publishes a new version pinning the very same tables",
-)
 def test_rerun_with_other_execution_settings_publishes_nothing(indexed, indexed_copy):
     cfg = make_config(execution={"commit_every": 64, "actors": 3})
     s = run([indexed.corpus], indexed_copy.index, cfg)

@@ -177,7 +177,7 @@ def query(
     question: Annotated[str, typer.Argument(help="The question.")],
     index_dir: IndexOpt,
     mode: Annotated[str, typer.Option(help="local | naive")] = "local",
-    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Evidence chunks to return.")] = 10,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Evidence chunks to return.")] = 10,
     version: Annotated[Optional[int], typer.Option(help="Published version to query (default: latest).")] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -126,8 +126,10 @@ def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray
     for index, members in enumerate(previous.filter(pc.equal(previous["level"], 0)).column("entity_ids").to_pylist()):
         for e in members:
             label[e] = index
-    fresh = iter(range(len(label) + 1, len(label) + 1 + len(entity_ids)))
-    return np.asarray([label[e] if e in label else next(fresh) for e in entity_ids], dtype=np.int64)
+    fresh = iter(range(len(entity_ids), 2 * len(entity_ids)))
+    raw = np.asarray([label[e] if e in label else next(fresh) for e in entity_ids], dtype=np.int64)
+    # engines want labels 0..k-1 (leidenalg rejects a label >= the number of nodes)
+    return np.unique(raw, return_inverse=True)[1].astype(np.int64)
 
 
 def graph_hash(entities: pa.Table, relationships: pa.Table) -> str:

@@ -107,7 +107,9 @@ class PipelineConfig(_Section):
     query: QueryConfig = QueryConfig()
 
     def config_hash(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """Hash of the settings that decide what the index contains; `execution` (how and where
+        it runs) is left out, so the same input run elsewhere publishes nothing new."""
+        return hashlib.sha256(self.model_dump_json(exclude={"execution"}).encode()).hexdigest()[:16]
 
 
 class ConfigError(ValueError):
@@ -126,7 +128,12 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: configuration must be a mapping of sections")
     for section, values in (overrides or {}).items():
-        data.setdefault(section, {}).update(values)
+        current = data.get(section)
+        if current is None:
+            current = data[section] = {}
+        if not isinstance(current, dict):
+            raise ConfigError(f"{path}: section {section!r} must be a mapping, not {type(current).__name__}")
+        current.update(values)
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:

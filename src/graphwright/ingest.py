@@ -53,8 +53,10 @@ def decode_text(raw: bytes) -> str:
         raise ValueError("empty file")
     if b"\x00" in raw[:8192]:
         raise ValueError("binary file (contains NUL bytes)")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte-order mark (offsets below are then off by 3)
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); convert it to UTF-8") from None
     if not text.strip():
@@ -160,7 +162,10 @@ def read_sources(sources: list[str | Path]) -> SourceBatch:
     for source in sources:
         root = Path(source)
         if root.is_dir():
-            files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+            files = sorted(
+                p for p in root.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            )
             keyed = [(p, p.relative_to(root).as_posix()) for p in files]
         elif root.exists():
             keyed = [(root, root.name)]

@@ -12,6 +12,7 @@ HONORIFICS = {
     "prince", "princess", "master", "mistress", "uncle", "aunt", "father", "mother", "brother",
     "sister", "saint", "st", "mayor", "judge", "chief", "officer", "inspector", "detective",
 }
+_CONNECTORS = {"of", "de", "da", "del", "della", "di", "van", "von", "der", "den", "du", "la", "le", "al", "bin", "ibn"}
 _POSSESSIVE = re.compile(r"['’]s$|['’]$", re.IGNORECASE)
 _PUNCT = re.compile(r"[^\w\s&+\-]")
 _SPACE = re.compile(r"\s+")
@@ -32,8 +33,8 @@ def normalize_name(name: str) -> str:
     words = text.split(" ")
     if words and words[0] == "the" and len(words) > 1:
         words = words[1:]
-    while len(words) > 1 and words[0] in HONORIFICS:
-        words = words[1:]
+    while len(words) > 1 and words[0] in HONORIFICS and words[1] not in _CONNECTORS:
+        words = words[1:]  # but 'King of France' keeps its title: it is the name
     return " ".join(words)
 
 

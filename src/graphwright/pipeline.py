@@ -83,6 +83,8 @@ class Run:
 
     def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
         """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
+        if not table.num_rows:
+            return
         if self.executor is None:  # started on first use: a no-op run never starts Ray
             self.executor = make_executor(self.config.execution)
             self.log(f"executor: {self.executor.describe()}")
@@ -113,8 +115,11 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
         for err in batch.errors:
             run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
         if batch.errors:
+            reasons: dict[str, list[str]] = {}
+            for e in batch.errors:  # one row per source: a file can have several problems
+                reasons.setdefault(e.source, []).append(e.reason)
             run.store.upsert("source_errors", pa.Table.from_pylist(
-                [{"run_id": run.run_id, "source": e.source, "reason": e.reason} for e in batch.errors]))
+                [{"run_id": run.run_id, "source": s, "reason": "; ".join(r)} for s, r in reasons.items()]))
         if not batch.documents:
             raise NothingToIndex(
                 f"no document could be read from {', '.join(map(str, sources))}"

@@ -70,7 +70,9 @@ class Searcher:
         if mode not in MODES:
             raise ValueError(f"unknown query mode {mode!r}; choose from {', '.join(MODES)}")
         qc = self.config.query
-        top_k = top_k or qc.top_chunks
+        top_k = qc.top_chunks if top_k is None else top_k
+        if top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
         q = self.embedder.encode([question])[0]
         result = {"question": question, "mode": mode, "version": self.index.version}
         if mode == "naive":
