@@ -66,17 +66,16 @@ def test_chunk_text_windows(size, overlap):
     spans = token_spans(TEXT)
     assert [c["chunk_index"] for c in chunks] == list(range(len(chunks)))
     assert chunks[0]["start_char"] == spans[0][0] and chunks[-1]["end_char"] == spans[-1][1]
-    assert sum(c["n_tokens"] for c in chunks) == len(spans) + overlap * (len(chunks) - 1)
     for c in chunks:
         assert c["doc_id"] == "doc"
         assert c["text"] == TEXT[c["start_char"]:c["end_char"]]  # a chunk is a slice of its document
         assert 0 < c["n_tokens"] <= size
+    starts = [a for a, _ in spans]
     for a, b in zip(chunks, chunks[1:]):
-        assert a["n_tokens"] == size
-        if overlap:
-            assert b["start_char"] < a["end_char"]  # overlapping windows
-        else:
-            assert b["start_char"] >= a["end_char"]
+        assert not any(a["end_char"] <= s < b["start_char"] for s in starts)  # no token falls between two chunks
+        assert b["start_char"] > a["start_char"]
+        overlapped = sum(1 for s in starts if b["start_char"] <= s < a["end_char"])
+        assert overlapped <= overlap  # consecutive chunks share at most `overlap` tokens
     assert len({c["chunk_id"] for c in chunks}) == len(chunks)
 
 
@@ -99,10 +98,8 @@ def test_repeated_chunks_get_distinct_ids_by_occurrence():
 def test_appending_text_keeps_the_ids_of_earlier_chunks():
     before = chunk_text("doc", TEXT, 32, 8)
     after = chunk_text("doc", TEXT + " Then the tide turned and Mara Voss sailed home.", 32, 8)
-    assert before[-1]["n_tokens"] < 32  # the premise: the old last window was a partial one
-    # every full window of the old text is unchanged; only the partial last window grows
-    assert [c["chunk_id"] for c in after[:len(before) - 1]] == [c["chunk_id"] for c in before[:-1]]
-    assert before[-1]["chunk_id"] not in {c["chunk_id"] for c in after}
+    # content-defined boundaries: only the last chunk may change
+    assert {c["chunk_id"] for c in before[:-1]} <= {c["chunk_id"] for c in after}
 
 
 def test_ids_differ_between_documents_with_the_same_text():
@@ -130,12 +127,6 @@ def test_chunker_batch_function():
     assert [r["chunk_id"] for r in rows if r["doc_id"] == "d1"] == [c["chunk_id"] for c in chunk_text("d1", TEXT, 32, 8)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chunking.py:29-43 (split_spans): windows start at token 0 with a fixed stride, so inserting a paragraph "
-    "above unchanged text shifts every later window and changes every chunk id, which ids.chunk_id "
-    "(ids.py:27-29) says must not happen",
-)
 def test_inserting_a_paragraph_above_keeps_later_chunk_ids():
     before = chunk_text("doc", TEXT, 32, 8)
     after = chunk_text("doc", "A short preface.\n\n" + TEXT, 32, 8)
@@ -144,11 +135,6 @@ def test_inserting_a_paragraph_above_keeps_later_chunk_ids():
     assert tail & {c["chunk_id"] for c in after}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chunking.py:45-49 (chunk_text): window edges fall on WordPiece sub-tokens, so a chunk can start or end "
-    "inside a word ('Port El|ling', 'Ca|ptain'); the nlp extractor then finds fragments such as 'El'",
-)
 def test_chunks_do_not_split_words():
     for c in chunk_text("doc", TEXT, 32, 8):
         start, end = c["start_char"], c["end_char"]
@@ -156,12 +142,6 @@ def test_chunks_do_not_split_words():
         assert end == len(TEXT) or not (TEXT[end - 1].isalnum() and TEXT[end].isalnum()), c["text"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config.py:26 (ChunkConfig.size_tokens): the default chunk of 256 word-pieces plus [CLS]/[SEP] is 258 tokens, over "
-    "all-MiniLM-L6-v2's max_seq_length of 256, so the last 2 word-pieces of every full chunk are "
-    "truncated away when embedded",
-)
 def test_default_chunks_fit_the_embedding_model_window():
     import json
 
@@ -174,7 +154,7 @@ def test_default_chunks_fit_the_embedding_model_window():
     max_len = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
     text = " ".join((CORPUS / p).read_text() for p in ("harbor.txt", "festival.md", "council.txt"))
     size = ChunkConfig().size_tokens
-    full = [c for c in chunk_text("doc", text, size, ChunkConfig().overlap_tokens) if c["n_tokens"] == size]
-    assert full  # the premise: at least one full-size chunk
-    for c in full:
+    chunks = chunk_text("doc", text, size, ChunkConfig().overlap_tokens)
+    assert max(c["n_tokens"] for c in chunks) > size // 2  # the premise: chunks near the limit
+    for c in chunks:
         assert len(tokenizer().encode(c["text"], add_special_tokens=True).ids) <= max_len

