@@ -119,10 +119,12 @@ def test_resolve_empty():
     assert entities.num_rows == aliases.num_rows == rels.num_rows == 0
 
 
-def test_merge_descriptions_orders_by_frequency_within_budget():
-    descs = ["b.", "a.", "b.", "", "c."]
-    assert merge_descriptions(descs, 100) == "b. a. c."
-    assert merge_descriptions(descs, 6) == "b. a."
+def test_merge_descriptions_orders_by_frequency_then_corpus_position_within_budget():
+    descs = [(3, "b."), (4, "a."), (5, "b."), (1, ""), (2, "c.")]
+    assert merge_descriptions(descs, 100) == "b. c. a."  # b twice; then c (position 2) before a (4)
+    assert merge_descriptions(descs, 6) == "b. c."
     assert merge_descriptions(descs, 3) == "b."
-    assert merge_descriptions(["x" * 50], 10) == "x" * 10  # one long description is cut
+    assert merge_descriptions([(0, "x" * 50)], 10) == "x" * 10  # one long description is cut
+    # a description from a later document sorts last, so it does not displace earlier ones
+    assert merge_descriptions(descs + [(9, "d.")], 6) == "b. c."
     assert merge_descriptions([], 10) == ""

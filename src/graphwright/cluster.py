@@ -85,7 +85,8 @@ def _relabel(membership: np.ndarray) -> list[np.ndarray]:
 def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine,
                         initial: np.ndarray | None = None) -> list[Community]:
     """The hierarchy over nodes 0..n-1 with undirected weighted `edges` (shape [m, 2]).
-    `initial` (optional) is a starting membership for the top level."""
+    `initial` (optional, shape [levels, n]) gives each node a starting label per level; every
+    split starts from those labels restricted to the nodes it splits."""
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     weights = np.asarray(weights, dtype=np.float64)
     result: list[Community] = []
@@ -101,7 +102,7 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
         membership = engine.partition(
             len(nodes), sub_edges, sub_weights,
             resolution=config.resolution, seed=config.seed + level, n_iterations=config.n_iterations,
-            initial=initial if parent is None else None,
+            initial=None if initial is None or level >= len(initial) else dense_labels(initial[level][nodes]),
         )
         groups = _relabel(membership)
         if parent is not None and len(groups) < 2:
@@ -120,16 +121,25 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     return result
 
 
+def dense_labels(labels: np.ndarray) -> np.ndarray:
+    """Relabel to 0..k-1 (leidenalg rejects a label >= the number of nodes)."""
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+
+
 def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray:
-    """Top-level labels from a previous communities table; entities new since then start alone."""
-    label = {}
-    for index, members in enumerate(previous.filter(pc.equal(previous["level"], 0)).column("entity_ids").to_pylist()):
+    """Labels per level [levels, n] from a previous communities table. An entity with no
+    community at a level (new, or its community was a leaf above) starts alone there."""
+    levels = previous.column("level").to_pylist()
+    depth = max(levels) + 1 if levels else 0
+    position = {e: i for i, e in enumerate(entity_ids)}
+    n = len(entity_ids)
+    # distinct 'alone' labels n.., above any community label
+    labels = np.tile(np.arange(n, 2 * n, dtype=np.int64), (depth, 1))
+    for index, (level, members) in enumerate(zip(levels, previous.column("entity_ids").to_pylist())):
         for e in members:
-            label[e] = index
-    fresh = iter(range(len(entity_ids), 2 * len(entity_ids)))
-    raw = np.asarray([label[e] if e in label else next(fresh) for e in entity_ids], dtype=np.int64)
-    # engines want labels 0..k-1 (leidenalg rejects a label >= the number of nodes)
-    return np.unique(raw, return_inverse=True)[1].astype(np.int64)
+            if e in position:
+                labels[level, position[e]] = index
+    return labels
 
 
 def graph_hash(entities: pa.Table, relationships: pa.Table) -> str:

@@ -284,7 +284,11 @@ def stage_resolve(run: Run) -> dict:
         where = f"extractor = '{key}'"
         mentions = store.read("mentions", where=where)
         assertions = store.read("assertions", where=where)
-        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve)
+        chunks = store.read("chunks", columns=["chunk_id", "doc_id", "chunk_index"])
+        docs = store.read("documents", columns=["doc_id", "source_key"])
+        source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
+        positions = {c: (source_key.get(d, ""), i) for c, d, i in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "chunk_index")))}
+        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve, positions)
         diffs = {name: store.replace_if_changed(name, table)
                  for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
         m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,

@@ -16,10 +16,15 @@ from graphwright.config import ResolveConfig
 from graphwright.names import normalize_name
 
 
-def merge_descriptions(descriptions: list[str], max_chars: int) -> str:
-    """Distinct descriptions, most frequent first (ties in text order), within a character budget."""
-    counts = Counter(d for d in descriptions if d)
-    ordered = sorted(counts, key=lambda d: (-counts[d], d))
+def merge_descriptions(descriptions: list[tuple[object, str]], max_chars: int) -> str:
+    """Distinct descriptions, most frequent first, then in corpus order (`position`), within a
+    character budget. Corpus order keeps a description stable when later documents add
+    mentions (new text sorts last), which is what lets an update reuse reports."""
+    counts = Counter(d for _, d in descriptions if d)
+    first = {}
+    for position, d in sorted((p, d) for p, d in descriptions if d):
+        first.setdefault(d, position)
+    ordered = sorted(counts, key=lambda d: (-counts[d], first[d], d))
     out, used = [], 0
     for d in ordered:
         if out and used + len(d) + 1 > max_chars:
@@ -33,8 +38,11 @@ def _pick_name(surfaces: Counter) -> str:
     return sorted(surfaces.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
 
 
-def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """(entities, entity_aliases, relationships) from mentions and assertions."""
+def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
+            positions: dict[str, object] | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(entities, entity_aliases, relationships) from mentions and assertions. `positions` maps a
+    chunk id to its place in the corpus (e.g. (source key, chunk index)); by default the chunk id."""
+    positions = positions or {}
     groups: dict[str, dict] = {}
     alias_counts: Counter = Counter()
     cols = [mentions.column(c).to_pylist() for c in ("name", "type", "description", "count", "chunk_id", "doc_id")]
@@ -45,7 +53,7 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig) -> 
             g = groups[key] = {"surfaces": Counter(), "types": Counter(), "descs": [], "chunks": set(), "docs": set(), "n": 0}
         g["surfaces"][name] += count
         g["types"][etype] += count
-        g["descs"].append(desc)
+        g["descs"].append((positions.get(cid, cid), desc))
         g["chunks"].add(cid)
         g["docs"].add(did)
         g["n"] += count
@@ -63,7 +71,7 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig) -> 
         g = rel_groups.get(pair)
         if g is None:
             g = rel_groups[pair] = {"descs": [], "weight": 0.0, "chunks": set(), "docs": set()}
-        g["descs"].append(desc)
+        g["descs"].append((positions.get(cid, cid), desc))
         g["weight"] += weight
         g["chunks"].add(cid)
         g["docs"].add(did)
