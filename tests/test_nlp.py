@@ -2,7 +2,7 @@ import pyarrow as pa
 import pytest
 
 from graphwright.config import ExtractConfig
-from graphwright.extract import EXTRACTION_BATCH_SCHEMA, extractor_key, make_extractor
+from graphwright.extract import EXTRACTION_BATCH_SCHEMA, extractor_key, extractor_stage
 from graphwright.extract.nlp import RULES_VERSION, NlpExtractor, extract_chunk, find_names, split_sentences
 from _helpers import CORPUS
 
@@ -114,8 +114,9 @@ def test_nlp_extractor_batch_function():
         "doc_id": ["d1", "d1", "d2"],
         "text": ["Mara Voss met Tobias Reed.", "nothing to see here", (CORPUS / "council.txt").read_text()],
     })
-    extractor = make_extractor(CFG)
-    assert isinstance(extractor, NlpExtractor)
+    fn_class, args = extractor_stage(CFG, None, "unused")
+    assert fn_class is NlpExtractor
+    extractor = fn_class(*args)
     out = extractor(chunks)
     assert out.schema.equals(EXTRACTION_BATCH_SCHEMA)
     rows = out.to_pylist()
@@ -145,8 +146,14 @@ def test_nlp_extractor_records_failures_per_chunk(monkeypatch):
 
 
 def test_unknown_engine_is_rejected():
-    cfg = ExtractConfig.model_construct(engine="llm")
+    cfg = ExtractConfig.model_construct(engine="telepathy")
     with pytest.raises(ValueError, match="unknown extraction engine"):
         extractor_key(cfg)
     with pytest.raises(ValueError, match="unknown extraction engine"):
-        make_extractor(cfg)
+        extractor_stage(cfg, None, "unused")
+
+
+def test_llm_engine_needs_a_model():
+    cfg = ExtractConfig(engine="llm")
+    with pytest.raises(ValueError, match="llm.model is not set"):
+        extractor_key(cfg, None)

@@ -41,11 +41,11 @@ def test_crash_between_extract_commits_then_resume(indexed, corpus, tmp_path, mo
     real = P._commit_extractions
     calls = []
 
-    def crash_on_second(store, run_id, results):
+    def crash_on_second(run_, results):
         calls.append(len(results))
         if len(calls) == 2:
             raise Crash("killed during the extract stage")
-        return real(store, run_id, results)
+        return real(run_, results)
 
     monkeypatch.setattr(P, "_commit_extractions", crash_on_second)
     with pytest.raises(Crash):
@@ -103,7 +103,13 @@ def test_failed_chunks_are_retried_on_the_next_run(indexed, corpus, tmp_path, mo
 
     monkeypatch.setattr(nlp, "extract_chunk", flaky)
     index = tmp_path / "index"
-    first = run([corpus], index)
+    # above the failure threshold the run fails and publishes nothing, but keeps what it extracted
+    with pytest.raises(P.TooManyFailures, match="max_failed_fraction"):
+        run([corpus], index)
+    assert IndexStore(index).count("index_manifest") == 0
+    assert IndexStore(index).count("extractions") == IndexStore(index).count("chunks")
+    first = run([corpus], index, make_config(extract={"max_failed_fraction": 1.0}))
+    assert first["chunks_extracted"] == first["chunks_failed"]  # only the failed chunks were retried
     store = IndexStore(index)
     failed = [m for m in store.read("extractions").to_pylist() if m["status"] == "failed"]
     assert first["chunks_failed"] == len(failed) > 0
@@ -112,6 +118,6 @@ def test_failed_chunks_are_retried_on_the_next_run(indexed, corpus, tmp_path, mo
 
     second = run([corpus], index)
     assert second["chunks_extracted"] == len(failed) and second["chunks_failed"] == 0
-    assert second["new_version"] and second["version"] == 2
+    assert second["new_version"] and second["version"] == 2  # the failing run published nothing
     # (communities are left out: Leiden is warm-started from the first run's partial graph)
     assert_same_result(store, indexed.store, GRAPH)

@@ -32,19 +32,22 @@ def index(
     config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Pipeline YAML (see pipelines/).")] = None,
     append: Annotated[bool, typer.Option("--append", help="Add/update these documents; do not delete documents missing from them.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Allow a mirror run to delete more than ingest.max_delete_fraction of the index.")] = False,
+    max_failed_fraction: Annotated[Optional[float], typer.Option("--max-failed-fraction", min=0, max=1, help="Fail the run when more than this share of extracted chunks failed (overrides extract.max_failed_fraction).")] = None,
     executor: Annotated[Optional[str], typer.Option(help="ray | local (overrides the config).")] = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address to join.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Index SOURCES into an index directory and publish a new version."""
     from graphwright.config import ConfigError, load_config
-    from graphwright.pipeline import NothingToIndex, RefusedDeletion, run_index
+    from graphwright.pipeline import NothingToIndex, RefusedDeletion, TooManyFailures, run_index
 
     overrides: dict = {}
     if executor:
         overrides.setdefault("execution", {})["executor"] = executor
     if address:
         overrides.setdefault("execution", {})["address"] = address
+    if max_failed_fraction is not None:
+        overrides.setdefault("extract", {})["max_failed_fraction"] = max_failed_fraction
     try:
         cfg = load_config(config, overrides)
     except ConfigError as exc:
@@ -53,6 +56,10 @@ def index(
         summary = run_index(sources, index_dir, cfg, mirror=not append, force=force, show_progress=not as_json)
     except (NothingToIndex, RefusedDeletion) as exc:
         _fail(f"{exc}. Nothing was changed in {index_dir}.")
+    except TooManyFailures as exc:
+        _fail(str(exc))
+    except ValueError as exc:  # e.g. an engine chosen without the settings it needs
+        _fail(str(exc))
     _emit_summary(summary, as_json)
 
 
@@ -155,7 +162,11 @@ def _print_summary(s: dict) -> None:
     t.add_row("documents", f"{s['documents']}  (new {diff['new']}, changed {diff['changed']}, unchanged {diff['unchanged']}, deleted {diff['deleted']})")
     t.add_row("chunks", f"{s['chunks']}  ({extracted} extracted this run" + (", nothing to extract: all chunks were already extracted)" if extracted == 0 else ")"))
     if s.get("chunks_failed"):
-        t.add_row("failed chunks", str(s["chunks_failed"]))
+        t.add_row("failed chunks", f"{s['chunks_failed']} (recorded in the extractions table; retried by the next run)")
+    llm = s.get("llm") or {}
+    if llm.get("calls"):
+        t.add_row("LLM", f"{llm['calls']} requests, {llm['cache_hits']} from cache, {llm['failed']} failed; "
+                  f"{llm['prompt_tokens']} prompt + {llm['completion_tokens']} completion tokens spent")
     t.add_row("entities", str(s["entities"]))
     t.add_row("relationships", str(s["relationships"]))
     t.add_row("communities", f"{s['communities']}  (per level: " + ", ".join(f"L{k}={v}" for k, v in s["communities_per_level"].items()) + ")")

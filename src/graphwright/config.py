@@ -4,6 +4,7 @@ local-CPU profile (pipelines/local-cpu.yaml spells them out)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -28,9 +29,34 @@ class ChunkConfig(_Section):
     min_tokens: int | None = Field(None, ge=1)  # a chunk may end at a sentence after this; default size/2
 
 
+class LLMConfig(_Section):
+    """The LLM endpoint used by `extract.engine: llm` (and later by reports and answers)."""
+
+    engine: Literal["openai"] = "openai"
+    model: str = ""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key_env: str | None = "OPENAI_API_KEY"  # the key is read from this environment variable
+    # how the backend takes a JSON schema: json_schema (OpenAI, vLLM) | json_object (llama.cpp) | none
+    response_format: Literal["json_schema", "json_object", "none"] = "json_schema"
+    concurrency: int = Field(8, ge=1)
+    requests_per_second: float | None = Field(None, gt=0)
+    timeout_s: float = Field(120, gt=0)
+    max_attempts: int = Field(4, ge=1)
+    backoff_s: float = Field(1.0, ge=0)
+    max_backoff_s: float = Field(30.0, ge=0)
+    max_tokens: int = Field(1500, ge=16)
+    temperature: float = Field(0.0, ge=0)
+
+
 class ExtractConfig(_Section):
-    engine: Literal["nlp"] = "nlp"
+    engine: Literal["nlp", "llm"] = "nlp"
     batch_size: int = Field(32, ge=1)
+    # llm engine
+    entity_types: list[str] = ["PERSON", "ORGANIZATION", "GEO", "EVENT", "CONCEPT"]
+    gleanings: int = Field(0, ge=0)  # extra "anything missed?" rounds per chunk
+    # a run fails (publishes nothing) when more than this share of the chunks it extracted failed;
+    # failed chunks are recorded with their reason and retried by the next run
+    max_failed_fraction: float = Field(0.1, ge=0, le=1)
     # nlp engine: entities co-occurring in a sentence get weight 1 per sentence; entities sharing
     # only the chunk get this weight (among the chunk's `chunk_pair_top_n` most frequent entities).
     chunk_pair_weight: float = Field(0.25, ge=0)
@@ -99,6 +125,7 @@ class PipelineConfig(_Section):
     ingest: IngestConfig = IngestConfig()
     chunk: ChunkConfig = ChunkConfig()
     extract: ExtractConfig = ExtractConfig()
+    llm: LLMConfig = LLMConfig()
     resolve: ResolveConfig = ResolveConfig()
     cluster: ClusterConfig = ClusterConfig()
     report: ReportConfig = ReportConfig()
@@ -117,8 +144,23 @@ class ConfigError(ValueError):
     pass
 
 
-def load_config(path: str | Path | None = None, overrides: dict | None = None) -> PipelineConfig:
-    """Defaults, then the YAML file, then `overrides` (nested dict), validated together."""
+ENV_PREFIX = "GRAPHWRIGHT_"
+
+
+def env_overrides(environ: dict[str, str]) -> dict:
+    """GRAPHWRIGHT_LLM__MODEL=qwen -> {"llm": {"model": "qwen"}}; values parse as YAML scalars."""
+    out: dict = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+        out.setdefault(section, {})[key] = yaml.safe_load(value) if value != "" else None
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: dict | None = None, environ: dict[str, str] | None = None) -> PipelineConfig:
+    """Defaults, then the YAML file, then GRAPHWRIGHT_SECTION__KEY environment variables, then
+    `overrides` (nested dict), validated together."""
     data: dict = {}
     if path is not None:
         path = Path(path)
@@ -128,7 +170,8 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
             raise ConfigError(f"{path}: cannot read configuration: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: configuration must be a mapping of sections")
-    for section, values in (overrides or {}).items():
+    layers = [env_overrides(environ if environ is not None else dict(os.environ)), overrides or {}]
+    for section, values in ((s_, v) for layer in layers for s_, v in layer.items()):
         current = data.get(section)
         if current is None:
             current = data[section] = {}

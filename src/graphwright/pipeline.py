@@ -25,7 +25,7 @@ from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.embed import EmbedBatch, model_name
 from graphwright.executors import BatchStage, make_executor
-from graphwright.extract import extractor_key, make_extractor
+from graphwright.extract import extractor_key, extractor_stage
 from graphwright.ingest import diff_documents, documents_table, read_sources
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import build_reports
@@ -39,6 +39,11 @@ STAGES = ("ingest", "chunk", "extract", "resolve", "cluster", "report", "embed",
 
 class NothingToIndex(RuntimeError):
     """No source could be read; the index was left as it was."""
+
+
+class TooManyFailures(RuntimeError):
+    """More chunks failed extraction than extract.max_failed_fraction allows; nothing was published.
+    What was extracted is kept, and the next run retries the failed chunks."""
 
 
 class RefusedDeletion(RuntimeError):
@@ -63,6 +68,7 @@ class Run:
     log: Callable[[str], None]
     executor: object = None
     metrics: list[dict] = field(default_factory=list)
+    llm_totals: dict = field(default_factory=lambda: dict(calls=0, cache_hits=0, failed=0, prompt_tokens=0, completion_tokens=0))
 
     @contextmanager
     def stage(self, name: str):
@@ -211,7 +217,8 @@ def _flatten(results: pa.Table, column: str, fields: list[str]) -> pa.Table:
     return pa.table(out)
 
 
-def _commit_extractions(store: IndexStore, run_id: str, results: list[pa.Table]) -> tuple[int, int, int]:
+def _commit_extractions(run: "Run", results: list[pa.Table]) -> tuple[int, int, int]:
+    store, run_id = run.store, run.run_id
     if not results:
         return 0, 0, 0
     res = pa.concat_tables(results)
@@ -239,14 +246,47 @@ def _commit_extractions(store: IndexStore, run_id: str, results: list[pa.Table])
         "error": res.column("error"),
         "run_id": pa.array([run_id] * res.num_rows, pa.string()),
     })
+    _record_llm_calls(run, "extract", _flatten(res, "calls", ["key", "prompt_version", "response", "cache_hit", "prompt_tokens",
+                                                              "completion_tokens", "latency_s", "attempts", "error"]))
     store.upsert("extractions", markers)
     failed = res.num_rows - pc.sum(pc.equal(res.column("status"), "ok")).as_py()
     return res.num_rows, mentions.num_rows, failed
 
 
+def _record_llm_calls(run: "Run", stage: str, calls: pa.Table) -> None:
+    """New answers into the cache (failures and unusable answers are not cached, so the next run
+    asks again); every call, cache hit or not, into llm_calls."""
+    if not calls.num_rows:
+        return
+    llm = run.config.llm
+    rows = calls.to_pylist()
+    fresh = {r["key"]: r for r in rows if not r["cache_hit"] and r["error"] is None and r["response"] is not None}
+    if fresh:
+        run.store.upsert("llm_cache", pa.Table.from_pylist([
+            {"key": k, "model": llm.model, "prompt_version": r["prompt_version"], "response": r["response"],
+             "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"], "run_id": run.run_id}
+            for k, r in fresh.items()]))
+    records = {}
+    for r in rows:  # identical chunks share a request: one record per key
+        records.setdefault(r["key"], {
+            "run_id": run.run_id, "stage": stage, "key": r["key"], "item_id": r["chunk_id"], "engine": llm.engine,
+            "model": llm.model, "cache_hit": r["cache_hit"], "status": "ok" if r["error"] is None else "failed",
+            "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"],
+            "latency_s": r["latency_s"], "attempts": r["attempts"], "error": r["error"],
+        })
+    run.store.upsert("llm_calls", pa.Table.from_pylist(list(records.values())))
+    for r in records.values():
+        run.llm_totals["calls"] += 1
+        run.llm_totals["cache_hits"] += r["cache_hit"]
+        run.llm_totals["failed"] += r["status"] == "failed"
+        if not r["cache_hit"]:
+            run.llm_totals["prompt_tokens"] += r["prompt_tokens"]
+            run.llm_totals["completion_tokens"] += r["completion_tokens"]
+
+
 def stage_extract(run: Run) -> dict:
     store, cfg = run.store, run.config
-    key = extractor_key(cfg.extract)
+    key = extractor_key(cfg.extract, cfg.llm)
     with run.stage("extract") as m:
         chunks = store.read("chunks", columns=["chunk_id"])
         chunk_set = set(chunks.column("chunk_id").to_pylist())
@@ -261,25 +301,33 @@ def stage_extract(run: Run) -> dict:
         extracted = mentions = failed = 0
         if todo:
             texts = _read_by_ids(store, "chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
-            extractor = make_extractor(cfg.extract)
-            stage = BatchStage("extract", type(extractor), (cfg.extract,), batch_size=cfg.extract.batch_size,
+            fn_class, args = extractor_stage(cfg.extract, cfg.llm, str(store.root))
+            stage = BatchStage("extract", fn_class, args, batch_size=cfg.extract.batch_size,
                                num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
             for batch in run.map_batches("extract", texts, stage):
                 pending.append(batch)
                 if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
-                    n, k, f = _commit_extractions(store, run.run_id, pending)
+                    n, k, f = _commit_extractions(run, pending)
                     extracted, mentions, failed = extracted + n, mentions + k, failed + f
-            n, k, f = _commit_extractions(store, run.run_id, pending)
+            n, k, f = _commit_extractions(run, pending)
             extracted, mentions, failed = extracted + n, mentions + k, failed + f
         m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
-                 chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed)
+                 chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed, llm=dict(run.llm_totals))
+        if failed and failed > cfg.extract.max_failed_fraction * extracted:
+            reasons = store.read("extractions", columns=["chunk_id", "error"], where=f"status = 'failed' AND run_id = '{run.run_id}'")
+            example = reasons.slice(0, 1).to_pylist()
+            raise TooManyFailures(
+                f"{failed} of {extracted} chunks failed extraction, above extract.max_failed_fraction="
+                f"{cfg.extract.max_failed_fraction:g}" + (f" (e.g. chunk {example[0]['chunk_id']}: {example[0]['error']})" if example else "")
+                + ". They are recorded in the extractions table and retried by the next run; nothing was published"
+            )
         return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_set) - len(todo), "extractor": key}
 
 
 def stage_resolve(run: Run) -> dict:
     store = run.store
-    key = extractor_key(run.config.extract)
+    key = extractor_key(run.config.extract, run.config.llm)
     with run.stage("resolve") as m:
         where = f"extractor = '{key}'"
         mentions = store.read("mentions", where=where)
@@ -470,7 +518,8 @@ def _run_pipeline(command: str, index_dir, config: PipelineConfig, first_stage, 
     store.upsert("runs", pa.Table.from_pylist([_run_row(run, command, started, None, "running", {}, None)]))
     summary: dict = {"run_id": run.run_id, "command": command, "index": str(store.root)}
     try:
-        log(f"engines: extract={extractor_key(config.extract)} graph={config.cluster.engine} "
+        llm = f" (llm {config.llm.engine} {config.llm.base_url}, concurrency {config.llm.concurrency})" if config.extract.engine == "llm" else ""
+        log(f"engines: extract={extractor_key(config.extract, config.llm)}{llm} graph={config.cluster.engine} "
             f"embed={model_name(config.embed)} vectors={config.vectors.engine} executor={config.execution.executor}")
         first = first_stage(run)
         try:
@@ -490,6 +539,7 @@ def _run_pipeline(command: str, index_dir, config: PipelineConfig, first_stage, 
             chunks=counts["chunks"],
             chunks_extracted=extract["chunks_extracted"],
             chunks_failed=extract["chunks_failed"],
+            llm=dict(run.llm_totals),
             entities=counts["entities"],
             relationships=counts["relationships"],
             communities=counts["communities"],

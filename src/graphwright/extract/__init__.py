@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from graphwright.config import ExtractConfig
+from graphwright.config import ExtractConfig, LLMConfig
 
 MENTION_STRUCT = pa.struct(
     [("name", pa.string()), ("type", pa.string()), ("description", pa.string()), ("count", pa.int32())]
 )
 ASSERTION_STRUCT = pa.struct(
     [("source", pa.string()), ("target", pa.string()), ("description", pa.string()), ("weight", pa.float64())]
+)
+CALL_STRUCT = pa.struct(
+    [("key", pa.string()), ("prompt_version", pa.string()), ("response", pa.string()), ("cache_hit", pa.bool_()),
+     ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("latency_s", pa.float64()),
+     ("attempts", pa.int32()), ("error", pa.string())]
 )
 EXTRACTION_BATCH_SCHEMA = pa.schema(
     [
@@ -23,22 +28,35 @@ EXTRACTION_BATCH_SCHEMA = pa.schema(
         ("error", pa.string()),
         ("mentions", pa.list_(MENTION_STRUCT)),
         ("assertions", pa.list_(ASSERTION_STRUCT)),
+        ("calls", pa.list_(CALL_STRUCT)),  # LLM requests made (or answered by the cache) for the chunk
     ]
 )
 
 
-def extractor_key(config: ExtractConfig) -> str:
+def extractor_key(config: ExtractConfig, llm: LLMConfig | None = None) -> str:
     """Identifies what produced an extraction; a chunk is extracted once per key."""
     if config.engine == "nlp":
         from graphwright.extract.nlp import RULES_VERSION
 
         return f"nlp@{RULES_VERSION}"
+    if config.engine == "llm":
+        from graphwright.extract.prompts import PROMPT_VERSION
+
+        if llm is None or not llm.model:
+            raise ValueError("extract.engine is 'llm' but llm.model is not set (config file or GRAPHWRIGHT_LLM__MODEL)")
+        return f"llm:{llm.model}@{PROMPT_VERSION}+g{config.gleanings}"
     raise ValueError(f"unknown extraction engine {config.engine!r}")
 
 
-def make_extractor(config: ExtractConfig):
+def extractor_stage(config: ExtractConfig, llm: LLMConfig | None, index_root: str):
+    """(batch function class, constructor args) for the configured engine."""
     if config.engine == "nlp":
         from graphwright.extract.nlp import NlpExtractor
 
-        return NlpExtractor(config)
+        return NlpExtractor, (config,)
+    if config.engine == "llm":
+        from graphwright.extract.llm import LLMExtractor
+
+        extractor_key(config, llm)  # fail early on a missing model
+        return LLMExtractor, (config, llm, index_root)
     raise ValueError(f"unknown extraction engine {config.engine!r}")

@@ -244,8 +244,8 @@ class NlpExtractor:
             try:
                 mentions, assertions = extract_chunk(text, self.config)
                 rows.append(dict(chunk_id=cid, doc_id=did, extractor=self.key, status="ok", error=None,
-                                 mentions=mentions, assertions=assertions))
+                                 mentions=mentions, assertions=assertions, calls=[]))
             except Exception as exc:  # recorded per chunk, never silent
                 rows.append(dict(chunk_id=cid, doc_id=did, extractor=self.key, status="failed",
-                                 error=f"{type(exc).__name__}: {exc}", mentions=[], assertions=[]))
+                                 error=f"{type(exc).__name__}: {exc}", mentions=[], assertions=[], calls=[]))
         return pa.Table.from_pylist(rows, schema=EXTRACTION_BATCH_SCHEMA)

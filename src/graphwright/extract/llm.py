@@ -1,0 +1,99 @@
+"""Extraction with an LLM: one request per chunk (plus optional gleaning rounds), answered from
+the index's request cache when it can be, parsed leniently. A chunk whose request or answer
+still fails after retries comes back with status 'failed' and the reason; nothing is dropped
+silently. Workers only read the cache; the driver writes new answers and the call records."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from graphwright.config import ExtractConfig, LLMConfig
+from graphwright.extract import EXTRACTION_BATCH_SCHEMA, extractor_key
+from graphwright.extract.parse import ParseError, parse_extraction
+from graphwright.extract.prompts import GLEANING_PROMPT, PROMPT_VERSION, EXTRACTION_SCHEMA, system_prompt
+from graphwright.llm import LLMRequest, LLMResponse, make_llm
+from graphwright.store import IndexStore, sql_list
+
+
+def extraction_request(system: str, history: tuple[tuple[str, str], ...], config: LLMConfig) -> LLMRequest:
+    return LLMRequest(
+        messages=(("system", system),) + history,
+        json_schema=EXTRACTION_SCHEMA,
+        max_tokens=config.max_tokens,
+        temperature=config.temperature,
+        prompt_version=PROMPT_VERSION,
+    )
+
+
+class LLMExtractor:
+    def __init__(self, config: ExtractConfig, llm: LLMConfig, index_root: str):
+        self.config, self.llm_config = config, llm
+        self.key = extractor_key(config, llm)
+        self.engine = make_llm(llm)
+        self.store = IndexStore(index_root)
+        self.system = system_prompt(config.entity_types)
+
+    def _cached(self, keys: list[str]) -> dict[str, dict]:
+        if not keys or not self.store.exists("llm_cache"):
+            return {}
+        rows = self.store.read("llm_cache", columns=["key", "response", "prompt_tokens", "completion_tokens"],
+                               where=f"key IN {sql_list(keys)}")
+        return {r["key"]: r for r in rows.to_pylist()}
+
+    def _answer(self, requests: list[LLMRequest]) -> list[tuple[str, LLMResponse, bool]]:
+        """(key, response, cache_hit) per request: from the cache, else from the engine."""
+        keys = [r.cache_key(self.llm_config.model) for r in requests]
+        cached = self._cached(keys)
+        misses = [i for i, k in enumerate(keys) if k not in cached]
+        fresh = dict(zip(misses, self.engine.complete([requests[i] for i in misses])))
+        out = []
+        for i, key in enumerate(keys):
+            if key in cached:
+                c = cached[key]
+                out.append((key, LLMResponse(text=c["response"], prompt_tokens=c["prompt_tokens"],
+                                             completion_tokens=c["completion_tokens"], attempts=0), True))
+            else:
+                out.append((key, fresh[i], False))
+        return out
+
+    def __call__(self, chunks: pa.Table) -> pa.Table:
+        ids = list(zip(chunks.column("chunk_id").to_pylist(), chunks.column("doc_id").to_pylist()))
+        histories = [(("user", text),) for text in chunks.column("text").to_pylist()]
+        results = [{"chunk_id": c, "doc_id": d, "extractor": self.key, "status": "ok", "error": None,
+                    "mentions": {}, "assertions": [], "calls": []} for c, d in ids]
+        active = list(range(len(results)))
+        for round_ in range(1 + self.config.gleanings):
+            if not active:
+                break
+            answers = self._answer([extraction_request(self.system, histories[i], self.llm_config) for i in active])
+            still = []
+            for i, (key, resp, hit) in zip(active, answers):
+                res = results[i]
+                res["calls"].append({
+                    "key": key, "prompt_version": PROMPT_VERSION, "response": resp.text, "cache_hit": hit,
+                    "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                    "latency_s": resp.latency_s, "attempts": resp.attempts, "error": resp.error,
+                })
+                if not resp.ok:
+                    if round_ == 0:  # a failed gleaning round keeps what the first round found
+                        res["status"], res["error"] = "failed", f"LLM request failed: {resp.error}"
+                    continue
+                try:
+                    entities, relationships = parse_extraction(resp.text, self.config.entity_types)
+                except ParseError as exc:
+                    if round_ == 0:
+                        res["status"], res["error"] = "failed", f"unusable answer: {exc}"
+                        res["calls"][-1]["error"] = str(exc)  # not cached: the next run asks again
+                    continue
+                for e in entities:
+                    prior = res["mentions"].setdefault(e["name"], {**e, "count": 0})
+                    prior["count"] += e["count"]
+                res["assertions"].extend(relationships)
+                histories[i] = histories[i] + (("assistant", resp.text), ("user", GLEANING_PROMPT))
+                still.append(i)
+            active = still
+        for res in results:
+            res["mentions"] = [] if res["status"] != "ok" else sorted(res["mentions"].values(), key=lambda m: m["name"])
+            if res["status"] != "ok":
+                res["assertions"] = []
+        return pa.Table.from_pylist(results, schema=EXTRACTION_BATCH_SCHEMA)

@@ -1,0 +1,130 @@
+"""Parse an LLM's extraction answer, tolerating and repairing the usual defects: code fences,
+prose around the object, trailing commas, a truncated tail, single quotes, missing fields,
+relationships whose endpoints were not listed as entities."""
+
+from __future__ import annotations
+
+import json
+import re
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+class ParseError(ValueError):
+    pass
+
+
+def _close_truncated(text: str) -> str:
+    """Close the brackets and string a cut-off answer left open (drop a half-written item)."""
+    stack, in_string, escaped = [], False, False
+    last_complete = 0
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}":
+            if stack:
+                stack.pop()
+            last_complete = i + 1
+        elif ch == ",":
+            last_complete = i
+    if not stack and not in_string:
+        return text
+    head = text[:last_complete].rstrip().rstrip(",")
+    # recount what is still open in the kept head
+    opened = []
+    in_string = escaped = False
+    for ch in head:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            opened.append("]" if ch == "[" else "}")
+        elif ch in "]}" and opened:
+            opened.pop()
+    return head + "".join(reversed(opened))
+
+
+def loads_lenient(text: str) -> object:
+    if text is None or not text.strip():
+        raise ParseError("empty answer")
+    fenced = _FENCE.search(text)
+    body = fenced.group(1) if fenced else text
+    start = min((i for i in (body.find("{"), body.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        raise ParseError(f"no JSON object in answer: {text[:80]!r}")
+    body = body[start:]
+    attempts = [body, _TRAILING_COMMA.sub(r"\1", body)]
+    attempts.append(_close_truncated(attempts[-1]))
+    attempts.append(_TRAILING_COMMA.sub(r"\1", attempts[-1]))
+    attempts.append(attempts[-1].replace("'", '"'))
+    decoder = json.JSONDecoder()
+    last = None
+    for candidate in attempts:
+        try:
+            value, _ = decoder.raw_decode(candidate)
+            return value
+        except json.JSONDecodeError as exc:
+            last = exc
+    raise ParseError(f"unparseable JSON ({last}): {text[:80]!r}")
+
+
+def _text(value) -> str:
+    return " ".join(str(value).split()) if value is not None else ""
+
+
+def parse_extraction(text: str, entity_types: list[str]) -> tuple[list[dict], list[dict]]:
+    """(entities, relationships) as mention/assertion dicts; raises ParseError if nothing usable."""
+    data = loads_lenient(text)
+    if isinstance(data, list):  # some models answer with the entity list alone
+        data = {"entities": data, "relationships": []}
+    if not isinstance(data, dict):
+        raise ParseError("answer is not a JSON object")
+    allowed = {t.upper() for t in entity_types}
+    entities: dict[str, dict] = {}
+    for item in data.get("entities") or []:
+        if not isinstance(item, dict) or not _text(item.get("name")):
+            continue
+        name = _text(item["name"])
+        etype = _text(item.get("type")).upper().replace(" ", "_") or "ENTITY"
+        entry = entities.setdefault(name.casefold(), {"name": name, "type": etype if etype in allowed else "ENTITY", "description": "", "count": 0})
+        entry["count"] += 1
+        desc = _text(item.get("description"))
+        if desc and desc not in entry["description"]:
+            entry["description"] = (entry["description"] + " " + desc).strip()
+    relationships = []
+    for item in data.get("relationships") or []:
+        if not isinstance(item, dict):
+            continue
+        source, target = _text(item.get("source")), _text(item.get("target"))
+        if not source or not target or source.casefold() == target.casefold():
+            continue
+        for name in (source, target):  # an endpoint the model did not list is still an entity
+            entities.setdefault(name.casefold(), {"name": name, "type": "ENTITY", "description": "", "count": 1})
+        try:
+            strength = float(item.get("strength", 1))
+        except (TypeError, ValueError):
+            strength = 1.0
+        relationships.append({
+            "source": entities[source.casefold()]["name"], "target": entities[target.casefold()]["name"],
+            "description": _text(item.get("description")), "weight": max(0.0, min(strength, 10.0)),
+        })
+    if not entities:
+        raise ParseError("answer lists no entities")
+    return list(entities.values()), relationships
