@@ -1,0 +1,100 @@
+"""A small OpenAI-compatible server on loopback for tests: /v1/chat/completions answers an
+extraction prompt with the deterministic nlp extractor's findings as JSON, and can be told to
+misbehave (drop the connection, answer 503 or 400, return malformed JSON) for chunks that contain
+a given marker. It counts requests and records request bodies."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from graphwright.config import ExtractConfig
+from graphwright.extract.nlp import extract_chunk
+
+
+class FakeOpenAI:
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.faults: dict[str, list[str]] = {}  # marker in the chunk -> behaviours to apply, in order
+        self.lock = threading.Lock()
+        handler = self._handler()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def fault(self, marker: str, *behaviours: str) -> None:
+        """Apply `behaviours` ('drop', '503', '400', 'malformed', 'badbody'; 'always:X' repeats X)
+        to requests whose chunk contains `marker`, one per request, then answer normally."""
+        self.faults[marker] = list(behaviours)
+
+    def _next_fault(self, text: str) -> str | None:
+        with self.lock:
+            for marker, queue in self.faults.items():
+                if marker in text and queue:
+                    head = queue[0]
+                    if head.startswith("always:"):
+                        return head.split(":", 1)[1]
+                    return queue.pop(0)
+        return None
+
+    def _answer(self, body: dict) -> str:
+        user = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        if len(user) > 1:  # a gleaning round: nothing more to add
+            return json.dumps({"entities": [], "relationships": []})
+        mentions, assertions = extract_chunk(user[0], ExtractConfig())
+        return json.dumps({
+            "entities": [{"name": m["name"], "type": m["type"] if m["type"] != "ENTITY" else "CONCEPT", "description": m["description"]} for m in mentions],
+            "relationships": [{"source": a["source"], "target": a["target"], "description": a["description"] or "co-occur",
+                               "strength": min(10, a["weight"] * 2)} for a in assertions],
+        })
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _send(self, status: int, payload: bytes, content_type: str = "application/json"):
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.requests.append(body)
+                text = " ".join(m["content"] for m in body["messages"] if m["role"] == "user")
+                fault = fake._next_fault(text)
+                if fault == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if fault in ("503", "400"):
+                    return self._send(int(fault), b'{"error": "injected"}')
+                if fault == "badbody":
+                    return self._send(200, b"<html>not json</html>", "text/html")
+                content = '{"entities": [{"name": ' if fault == "malformed" else fake._answer(body)
+                prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+                payload = {
+                    "id": "fake", "object": "chat.completion", "model": body["model"],
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": len(content) // 4, "total_tokens": prompt + len(content) // 4},
+                }
+                self._send(200, json.dumps(payload).encode())
+
+        return Handler

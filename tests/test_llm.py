@@ -1,0 +1,142 @@
+"""The openai-compatible engine and LLM extraction, against a fake server on loopback."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from graphwright.config import LLMConfig
+from graphwright.extract.parse import ParseError, loads_lenient, parse_extraction
+from graphwright.llm import LLMRequest
+from graphwright.llm.openai_engine import OpenAIEngine
+from graphwright.pipeline import TooManyFailures
+from graphwright.store import IndexStore
+from _helpers import CORPUS, make_config, run
+from fake_openai import FakeOpenAI
+
+FAST = dict(backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def engine(server, **kw) -> OpenAIEngine:
+    return OpenAIEngine(LLMConfig(model="fake-model", base_url=server.base_url, api_key_env=None, **{**FAST, **kw}))
+
+
+def request(text: str) -> LLMRequest:
+    return LLMRequest(messages=(("system", "extract"), ("user", text)), json_schema={"type": "object"})
+
+
+def test_engine_answers_with_tokens(server):
+    resp = engine(server).complete([request("Mara Voss met Tobias Reed in Port Elling.")])[0]
+    assert resp.ok and resp.attempts == 1
+    assert "Mara Voss" in resp.text and resp.prompt_tokens > 0 and resp.completion_tokens > 0
+
+
+@pytest.mark.parametrize("fault", ["503", "drop", "badbody"])
+def test_engine_retries_transient_failures(server, fault):
+    server.fault("Voss", fault, fault)
+    resp = engine(server).complete([request("Mara Voss sailed.")])[0]
+    assert resp.ok and resp.attempts == 3
+
+
+def test_engine_gives_up_with_the_reason_and_does_not_raise(server):
+    server.fault("Voss", "always:503")
+    resp = engine(server, max_attempts=3).complete([request("Mara Voss sailed.")])[0]
+    assert not resp.ok and resp.attempts == 3 and "HTTP 503" in resp.error
+
+
+def test_engine_does_not_retry_client_errors(server):
+    server.fault("Voss", "400")
+    resp = engine(server).complete([request("Mara Voss sailed.")])[0]
+    assert not resp.ok and resp.attempts == 1 and "HTTP 400" in resp.error
+
+
+def test_response_format_per_backend(server):
+    for fmt, expected in (("json_schema", "json_schema"), ("json_object", "json_object"), ("none", None)):
+        engine(server, response_format=fmt).complete([request("Ada Byron.")])
+        got = server.requests[-1].get("response_format")
+        assert (got or {}).get("type") == expected
+        if fmt == "json_object":
+            assert got["schema"] == {"type": "object"}  # llama.cpp takes the schema here
+
+
+def test_concurrent_requests_keep_their_order(server):
+    texts = [f"Person Number{i} met Other Person{i}." for i in range(12)]
+    out = engine(server, concurrency=4).complete([request(t) for t in texts])
+    assert [f"Number{i}" in r.text for i, r in enumerate(out)] == [True] * 12
+
+
+def test_lenient_parsing_repairs_usual_defects():
+    assert loads_lenient('Here you go:\n```json\n{"a": [1, 2,],}\n```') == {"a": [1, 2]}
+    # a cut-off answer keeps its complete fields; parse_extraction then fills what is missing
+    assert loads_lenient('{"entities": [{"name": "A"}, {"name": "B", "ty') == {"entities": [{"name": "A"}, {"name": "B"}]}
+    assert loads_lenient('{"entities": [{"name": "A"}, {"na') == {"entities": [{"name": "A"}]}
+    with pytest.raises(ParseError):
+        loads_lenient("I cannot help with that.")
+    entities, rels = parse_extraction(
+        '{"entities": [{"name": "Ada", "type": "person", "description": "x"}],'
+        ' "relationships": [{"source": "Ada", "target": "Babbage", "description": "worked with", "strength": "12"}]}',
+        ["PERSON"],
+    )
+    assert {e["name"]: e["type"] for e in entities} == {"Ada": "PERSON", "Babbage": "ENTITY"}
+    assert rels[0]["weight"] == 10.0  # clamped
+
+
+def llm_config(server, **extract):
+    return make_config(extract={"engine": "llm", "batch_size": 4, **extract},
+                       llm={"model": "fake-model", "base_url": server.base_url, "api_key_env": None, **FAST})
+
+
+def test_pipeline_with_llm_extraction_and_cache(server, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus)
+    index = tmp_path / "index"
+    first = run([corpus], index, llm_config(server))
+    n_chunks = first["chunks"]
+    assert first["llm"]["calls"] == n_chunks and first["llm"]["cache_hits"] == 0
+    assert first["llm"]["prompt_tokens"] > 0 and first["entities"] > 0
+    store = IndexStore(index)
+    assert store.count("llm_cache") == n_chunks
+    calls = store.read("llm_calls").to_pylist()
+    assert len(calls) == n_chunks and all(c["status"] == "ok" and not c["cache_hit"] for c in calls)
+
+    # delete a document, then bring it back: its chunks are extracted again, from the cache
+    moved = next(corpus.glob("*.txt"))
+    saved = moved.read_text()
+    moved.unlink()
+    run([corpus], index, llm_config(server))
+    before = len(server.requests)
+    moved.write_text(saved)
+    again = run([corpus], index, llm_config(server))
+    assert again["chunks_extracted"] > 0
+    assert len(server.requests) == before  # no new LLM request
+    assert again["llm"]["cache_hits"] == again["llm"]["calls"] == again["chunks_extracted"]
+    assert again["llm"]["prompt_tokens"] == 0  # nothing spent
+
+
+def test_failed_chunks_are_recorded_and_retried(server, tmp_path):
+    index = tmp_path / "index"
+    server.fault("Hollis Wren", "always:503")
+    with pytest.raises(TooManyFailures, match="HTTP 503"):
+        run([CORPUS], index, llm_config(server))
+    store = IndexStore(index)
+    failed = [m for m in store.read("extractions").to_pylist() if m["status"] == "failed"]
+    assert failed and all("HTTP 503" in m["error"] for m in failed)
+    assert store.count("index_manifest") == 0  # above the threshold nothing is published
+
+    server.fault("Hollis Wren", "malformed")
+    partial = run([CORPUS], index, llm_config(server, max_failed_fraction=1.0))
+    assert partial["chunks_extracted"] == len(failed)  # only the failed chunks were retried
+    assert partial["chunks_failed"] >= 1 and partial["version"] == 1
+    bad = [c for c in store.read("llm_calls").to_pylist() if c["status"] == "failed" and c["run_id"] == partial["run_id"]]
+    assert bad and "unparseable" in bad[0]["error"]
+
+    done = run([CORPUS], index, llm_config(server))  # the server behaves now
+    assert done["chunks_failed"] == 0 and done["chunks_extracted"] == partial["chunks_failed"]
+    assert {m["status"] for m in store.read("extractions").to_pylist()} == {"ok"}
