@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -102,8 +103,12 @@ class Searcher:
         candidates = dict(self.vectors("chunk").search(q[None, :], qc.candidate_chunks)[0])
         candidates.update(self._chunk_similarity(q, [c for c in chunk_entities if c not in candidates]))
         name_of = {e["entity_id"]: e["name"] for e in entities}
+        # an entity found in most chunks says little about which chunk answers: weight by rarity
+        n_chunks = max(self.index.manifest["counts"].get("chunks", 1), 1)
+        rarity = {e["entity_id"]: math.sqrt(math.log1p(n_chunks / max(len(e["chunk_ids"]), 1)) / math.log1p(n_chunks)) for e in entities}
         scored = sorted(
-            ((c, s + qc.entity_weight * max((entity_scores[e] for e in chunk_entities.get(c, [])), default=0.0)) for c, s in candidates.items()),
+            ((c, s + qc.entity_weight * max((entity_scores[e] * rarity[e] for e in chunk_entities.get(c, [])), default=0.0))
+             for c, s in candidates.items()),
             key=lambda cs: (-cs[1], cs[0]),
         )[:top_k]
         rows = self._chunk_rows([c for c, _ in scored])
