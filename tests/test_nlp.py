@@ -114,8 +114,8 @@ def test_nlp_extractor_batch_function():
         "doc_id": ["d1", "d1", "d2"],
         "text": ["Mara Voss met Tobias Reed.", "nothing to see here", (CORPUS / "council.txt").read_text()],
     })
-    fn_class, args = extractor_stage(CFG, None, "unused")
-    assert fn_class is NlpExtractor
+    fn_class, args, on_driver = extractor_stage(CFG, None, "unused")
+    assert fn_class is NlpExtractor and not on_driver
     extractor = fn_class(*args)
     out = extractor(chunks)
     assert out.schema.equals(EXTRACTION_BATCH_SCHEMA)

@@ -32,8 +32,8 @@ class ChunkConfig(_Section):
 class LLMConfig(_Section):
     """The LLM endpoint used by `extract.engine: llm` (and later by reports and answers)."""
 
-    engine: Literal["openai"] = "openai"
-    model: str = ""
+    engine: Literal["openai", "vllm"] = "openai"
+    model: str = ""  # a model name (openai), or a Hugging Face id / local directory (vllm)
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key_env: str | None = "OPENAI_API_KEY"  # the key is read from this environment variable
     # how the backend takes a JSON schema: json_schema (OpenAI, vLLM) | json_object (llama.cpp) | none
@@ -46,6 +46,11 @@ class LLMConfig(_Section):
     max_backoff_s: float = Field(30.0, ge=0)
     max_tokens: int = Field(1500, ge=16)
     temperature: float = Field(0.0, ge=0)
+    # vllm engine: replicas x tensor_parallel_size GPUs; batch_size requests per replica batch
+    replicas: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    max_model_len: int | None = Field(None, ge=128)
 
 
 class ExtractConfig(_Section):

@@ -8,7 +8,7 @@ import logging
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -26,7 +26,7 @@ class BatchStage:
     num_cpus: float = 0.5
     num_gpus: float = 0.0
     actors: int = 1
-    extra: dict = field(default_factory=dict)
+    on_driver: bool = False  # run in the driver process (for batch functions that start Ray jobs themselves)
 
 
 class LocalExecutor:

@@ -24,7 +24,7 @@ from graphwright.chunking import Chunker
 from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.embed import EmbedBatch, model_name
-from graphwright.executors import BatchStage, make_executor
+from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
 from graphwright.ingest import diff_documents, documents_table, read_sources
 from graphwright.progress import StageProgress, stderr_console
@@ -90,6 +90,12 @@ class Run:
     def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
         """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
         if not table.num_rows:
+            return
+        if stage.on_driver:
+            with self.progress.task(label, table.num_rows) as advance:
+                for batch in LocalExecutor().map_batches(table, stage):
+                    advance(count(batch))
+                    yield batch
             return
         if self.executor is None:  # started on first use: a no-op run never starts Ray
             self.executor = make_executor(self.config.execution)
@@ -301,8 +307,9 @@ def stage_extract(run: Run) -> dict:
         extracted = mentions = failed = 0
         if todo:
             texts = _read_by_ids(store, "chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
-            fn_class, args = extractor_stage(cfg.extract, cfg.llm, str(store.root))
-            stage = BatchStage("extract", fn_class, args, batch_size=cfg.extract.batch_size,
+            fn_class, args, on_driver = extractor_stage(cfg.extract, cfg.llm, str(store.root))
+            batch_size = cfg.execution.commit_every if on_driver else cfg.extract.batch_size
+            stage = BatchStage("extract", fn_class, args, batch_size=batch_size, on_driver=on_driver,
                                num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
             for batch in run.map_batches("extract", texts, stage):

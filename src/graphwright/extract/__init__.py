@@ -49,14 +49,15 @@ def extractor_key(config: ExtractConfig, llm: LLMConfig | None = None) -> str:
 
 
 def extractor_stage(config: ExtractConfig, llm: LLMConfig | None, index_root: str):
-    """(batch function class, constructor args) for the configured engine."""
+    """(batch function class, constructor args, on_driver) for the configured engine. The vllm
+    engine runs on the driver: each call starts its own Ray Data job over the GPU replicas."""
     if config.engine == "nlp":
         from graphwright.extract.nlp import NlpExtractor
 
-        return NlpExtractor, (config,)
+        return NlpExtractor, (config,), False
     if config.engine == "llm":
         from graphwright.extract.llm import LLMExtractor
 
         extractor_key(config, llm)  # fail early on a missing model
-        return LLMExtractor, (config, llm, index_root)
+        return LLMExtractor, (config, llm, index_root), llm.engine == "vllm"
     raise ValueError(f"unknown extraction engine {config.engine!r}")

@@ -5,6 +5,7 @@ raising for a single request's failure: the response carries the error instead.
 Engines are chosen by `llm.engine` and imported only when chosen:
 - `openai`: any OpenAI-compatible chat-completions endpoint (vLLM server, llama.cpp server,
   hosted APIs), with bounded concurrency, a request rate limit, timeouts and retries.
+- `vllm`: vLLM replicas on GPUs through Ray Data's LLM processor (graphwright.llm.vllm_engine).
 """
 
 from __future__ import annotations
@@ -52,4 +53,10 @@ def make_llm(config):
         from graphwright.llm.openai_engine import OpenAIEngine
 
         return OpenAIEngine(config)
+    if config.engine == "vllm":
+        try:
+            from graphwright.llm.vllm_engine import VLLMEngine
+        except ImportError as exc:
+            raise ImportError(f"the vllm engine needs ray[llm] and the GPU extra (pip install 'graphwright[gpu]'): {exc}") from exc
+        return VLLMEngine(config)
     raise ValueError(f"unknown LLM engine {config.engine!r}")
