@@ -85,11 +85,12 @@ def plan_chunks(text: str, spans: list[tuple[int, int]], size: int, overlap: int
     if not spans:
         return []
     word_start = _word_starts(spans)
-    budget = size - overlap
+    budget = size - overlap  # room left for the overlap every chunk but the first starts with
     pieces = _sentence_pieces(text, spans, word_start, budget)
     cores, start, used = [], None, 0
     for a, b in pieces:
-        if start is not None and used + (b - a) > budget:
+        room = size if not cores else budget
+        if start is not None and used + (b - a) > room:
             cores.append((start, a))
             start, used = None, 0
         if start is None:
@@ -111,13 +112,13 @@ def plan_chunks(text: str, spans: list[tuple[int, int]], size: int, overlap: int
     return chunks
 
 
-ANCHOR_EVERY = 3  # after min_tokens, about one sentence in three ends a chunk
+ANCHOR_EVERY = 2  # after min_tokens, about one sentence in two ends a chunk
 
 
 def chunk_text(doc_id: str, text: str, size: int, overlap: int, min_tokens: int | None = None) -> list[dict]:
     spans = token_spans(text)
     rows, seen = [], {}
-    min_tokens = size // 2 if min_tokens is None else min_tokens
+    min_tokens = (2 * size) // 3 if min_tokens is None else min_tokens
     for index, (first, end) in enumerate(plan_chunks(text, spans, size, overlap, min_tokens)):
         start_char, end_char = spans[first][0], spans[end - 1][1]
         piece = text[start_char:end_char]

@@ -26,7 +26,7 @@ class ChunkConfig(_Section):
     # all-MiniLM-L6-v2 reads 256 word-pieces including [CLS] and [SEP]: 254 fit whole.
     size_tokens: int = Field(254, ge=16)
     overlap_tokens: int = Field(32, ge=0)
-    min_tokens: int | None = Field(None, ge=1)  # a chunk may end at a sentence after this; default size/2
+    min_tokens: int | None = Field(None, ge=1)  # a chunk may end at a sentence after this; default 2/3 of size
 
 
 class LLMConfig(_Section):
