@@ -25,6 +25,16 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def _existing_index(index_dir: Path):
+    from graphwright.store import IndexStore
+
+    if not Path(index_dir).is_dir():
+        _fail(f"{index_dir}: no such directory")
+    if not (Path(index_dir) / "tables").is_dir():
+        _fail(f"{index_dir}: not an index directory (no tables/)")
+    return IndexStore(index_dir)
+
+
 @app.command()
 def index(
     sources: Annotated[list[str], typer.Argument(help="Folders or files: .txt/.md, .jsonl, .parquet.")],
@@ -94,21 +104,23 @@ def delete(
 def versions(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     """List the published versions."""
     from graphwright.publish import manifests
-    from graphwright.store import IndexStore
 
+    store = _existing_index(index_dir)
+    commands = dict(zip(*(store.read("runs", columns=["run_id", "command"]).column(c).to_pylist() for c in ("run_id", "command"))))
     rows = [
-        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"], "counts": m["counts"]}
-        for m in manifests(IndexStore(index_dir))
+        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
+         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
+        for m in manifests(store)
     ]
     if as_json:
         typer.echo(json.dumps(rows))
         return
     t = Table(title=f"published versions — {index_dir}", title_justify="left")
-    for col in ("version", "published at", "run", "documents", "chunks", "entities", "communities", "reports"):
+    for col in ("version", "published", "by", "docs", "chunks", "entities", "communities", "reports"):
         t.add_column(col)
     for m in rows:
         c = m["counts"]
-        t.add_row(str(m["version"]), m["published_at"][:19], m["run_id"], *(str(c.get(k)) for k in ("documents", "chunks", "entities", "communities", "community_reports")))
+        t.add_row(str(m["version"]), m["published_at"][:19], m["command"], *(str(c.get(k)) for k in ("documents", "chunks", "entities", "communities", "community_reports")))
     out.print(t)
 
 
@@ -143,20 +155,21 @@ def vacuum(
 ) -> None:
     """Retention: drop old published versions and the files only they needed."""
     from graphwright.publish import NoPublishedVersion, retain
-    from graphwright.store import IndexStore
 
     try:
-        result = retain(IndexStore(index_dir), keep, dry_run=dry_run)
+        result = retain(_existing_index(index_dir), keep, dry_run=dry_run)
     except (NoPublishedVersion, ValueError) as exc:
         _fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result))
     else:
-        out.print(f"kept versions {result['kept']}; dropped {result['dropped']}; files removed: {result['files_removed']}" + (" (dry run)" if dry_run else ""))
+        out.print(f"kept versions {result['kept']}; dropped {result['dropped']}; {result['files_removed']} files removed"
+                  + (" (dry run)" if dry_run else "")
+                  + ". Delta data files go once their removal is older than the oldest kept version, counted in whole hours.")
 
 
 def _print_summary(s: dict) -> None:
-    t = Table(title=f"graphwright index — {s['index']}", show_header=False, title_justify="left")
+    t = Table(title=f"graphwright {s.get('command', 'index')} — {s['index']}", show_header=False, title_justify="left")
     diff = s["documents_diff"]
     extracted = s["chunks_extracted"]
     t.add_row("documents", f"{s['documents']}  (new {diff['new']}, changed {diff['changed']}, unchanged {diff['unchanged']}, deleted {diff['deleted']})")
@@ -196,6 +209,7 @@ def query(
     from graphwright.publish import NoPublishedVersion
     from graphwright.query import query as run_query
 
+    _existing_index(index_dir)
     try:
         result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version)
     except (NoPublishedVersion, ValueError) as exc:
@@ -220,11 +234,8 @@ def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     """Row counts per table and the published versions."""
     from graphwright import tables
     from graphwright.publish import manifests
-    from graphwright.store import IndexStore
 
-    store = IndexStore(index_dir)
-    if not (store.root / "tables").is_dir():
-        _fail(f"{index_dir}: not an index directory (no tables/)")
+    store = _existing_index(index_dir)
     rows = {name: {"rows": store.count(name), "delta_version": store.version(name)} for name in tables.all_schemas() if store.exists(name)}
     versions = [
         {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"], "counts": m["counts"]}

@@ -60,7 +60,7 @@ class RayExecutor:
                 address=config.address,
                 num_cpus=config.num_cpus if config.address is None else None,
                 include_dashboard=False,
-                logging_level=logging.WARNING,
+                logging_level=logging.ERROR,
                 log_to_driver=True,
                 configure_logging=True,
             )
@@ -69,7 +69,7 @@ class RayExecutor:
         ctx = DataContext.get_current()
         ctx.enable_progress_bars = False  # the driver shows one progress bar per stage
         ctx.print_on_execution_start = False
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
         self.config = config
 
     def map_batches(self, table: pa.Table, stage: BatchStage) -> Iterator[pa.Table]:

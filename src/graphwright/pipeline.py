@@ -135,16 +135,17 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
         if not batch.documents:
             raise NothingToIndex(
                 f"no document could be read from {', '.join(map(str, sources))}"
-                + (f" ({len(batch.errors)} problems, listed above)" if batch.errors else "")
+                + (f" ({len(batch.errors)} problem{'s' if len(batch.errors) > 1 else ''}, listed above)" if batch.errors else "")
             )
         incoming = documents_table(batch.documents, run.run_id)
         indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source", "title", "metadata"])
         diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=batch.failed_sources)
         limit = run.config.ingest.max_delete_fraction
-        if diff.deleted and not force and len(diff.deleted) > limit * indexed.num_rows:
+        share = _deleted_share(run.store, diff.deleted, indexed.num_rows)
+        if diff.deleted and not force and share > limit:
             raise RefusedDeletion(
                 f"this run would delete {len(diff.deleted)} of the {indexed.num_rows} indexed documents "
-                f"({len(diff.deleted) / indexed.num_rows:.0%}), above ingest.max_delete_fraction={limit:g}, because "
+                f"({share:.0%} of the indexed text), above ingest.max_delete_fraction={limit:g}, because "
                 f"they are missing from {', '.join(map(str, sources))}. Pass --force if that is intended, "
                 f"or --append to add documents without deleting any"
             )
@@ -155,6 +156,18 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
             run.store.delete_in("documents", "doc_id", diff.deleted)
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(batch.errors))
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in batch.errors]}
+
+
+def _deleted_share(store: IndexStore, deleted: list[str], n_indexed: int) -> float:
+    """The larger of the deleted share of documents and of indexed characters (deleting one
+    huge document out of two is not 'half' the index)."""
+    if not deleted or not n_indexed:
+        return 0.0
+    sizes = store.read("documents", columns=["doc_id", "n_chars"])
+    total = sum(sizes.column("n_chars").to_pylist()) or 1
+    gone = set(deleted)
+    chars = sum(n for d, n in zip(sizes.column("doc_id").to_pylist(), sizes.column("n_chars").to_pylist()) if d in gone)
+    return max(len(deleted) / n_indexed, chars / total)
 
 
 def stage_delete(run: Run, doc_ids: list[str], source_globs: list[str]) -> dict:

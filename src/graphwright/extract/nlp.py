@@ -16,9 +16,9 @@ import pyarrow as pa
 
 from graphwright.config import ExtractConfig
 from graphwright.extract import EXTRACTION_BATCH_SCHEMA
-from graphwright.names import has_honorific, normalize_name, strip_possessive
+from graphwright.names import HONORIFICS, has_honorific, normalize_name, strip_possessive
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 
 _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "rev", "capt", "gen", "col", "sgt", "gov",
@@ -139,12 +139,14 @@ def find_names(text: str) -> list[dict]:
         for m in _NAME.finditer(sentence):
             raw = m.group(0)
             at_start = not sentence[:m.start()].strip(" \"'“‘([")
+            raw = " ".join(raw.split())  # a name wrapped across lines is still one name
             surface = strip_possessive(_trim_leading_stopwords(raw) if at_start else raw)
             words = surface.split()
             if at_start and len(words) > 1 and words[0].casefold() in lowercase_words and not has_honorific(surface):
                 surface = " ".join(words[1:])  # 'Tell Dr. Brandt': the text also uses 'tell' as a word
-            if not surface or normalize_name(surface) in _NOT_NAMES or len(normalize_name(surface)) < 2:
-                continue
+            key = normalize_name(surface)
+            if not surface or key in _NOT_NAMES or key in HONORIFICS or len(key) < 2:
+                continue  # a stop word, or a title alone ('Mr')
             if at_start and surface == strip_possessive(raw) and len(surface.split()) == 1 and surface not in mid_sentence_caps:
                 continue  # a lone capitalized word opening a sentence is usually not a name
             if surface.isupper() and len(surface) > 6 and " " not in surface:
