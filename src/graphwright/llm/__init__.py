@@ -5,6 +5,7 @@ raising for a single request's failure: the response carries the error instead.
 Engines are chosen by `llm.engine` and imported only when chosen:
 - `openai`: any OpenAI-compatible chat-completions endpoint (vLLM server, llama.cpp server,
   hosted APIs), with bounded concurrency, a request rate limit, timeouts and retries.
+- `llamacpp`: a small GGUF model in-process on the CPU (graphwright.llm.llamacpp_engine).
 - `vllm`: vLLM replicas on GPUs through Ray Data's LLM processor (graphwright.llm.vllm_engine).
 """
 
@@ -53,6 +54,10 @@ def make_llm(config):
         from graphwright.llm.openai_engine import OpenAIEngine
 
         return OpenAIEngine(config)
+    if config.engine == "llamacpp":
+        from graphwright.llm.llamacpp_engine import LlamaCppEngine
+
+        return LlamaCppEngine(config)
     if config.engine == "vllm":
         try:
             from graphwright.llm.vllm_engine import VLLMEngine
