@@ -51,6 +51,8 @@ class FakeOpenAI:
 
     def _answer(self, body: dict) -> str:
         user = [m["content"] for m in body["messages"] if m["role"] == "user"]
+        if "Evidence:" in body["messages"][0]["content"]:  # an answer request: cite the first evidence
+            return f"The evidence says so [1]. (question: {user[-1]})"
         if len(user) > 1:  # a gleaning round: nothing more to add
             return json.dumps({"entities": [], "relationships": []})
         mentions, assertions = extract_chunk(user[0], ExtractConfig())

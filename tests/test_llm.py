@@ -140,3 +140,17 @@ def test_failed_chunks_are_recorded_and_retried(server, tmp_path):
     done = run([CORPUS], index, llm_config(server))  # the server behaves now
     assert done["chunks_failed"] == 0 and done["chunks_extracted"] == partial["chunks_failed"]
     assert {m["status"] for m in store.read("extractions").to_pylist()} == {"ok"}
+
+
+def test_query_answers_citing_the_evidence(server, tmp_path, monkeypatch):
+    from graphwright.query import query
+
+    index = tmp_path / "index"
+    run([CORPUS], index, llm_config(server))
+    monkeypatch.setenv("GRAPHWRIGHT_LLM__BASE_URL", server.base_url)
+    result = query(str(index), "Who leads the council of Port Elling?")
+    assert result["answer"].startswith("The evidence says so [1]")
+    assert result["citations"][0]["n"] == 1
+    assert result["citations"][0]["chunk_id"] == result["evidence"][0]["chunk_id"]
+    assert result["llm"]["completion_tokens"] > 0 and result["llm"]["cache_hit"] is False
+    assert query(str(index), "Who leads the council of Port Elling?", answer=False).get("answer") is None

@@ -203,21 +203,26 @@ def query(
     mode: Annotated[str, typer.Option(help="local | naive")] = "local",
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Evidence chunks to return.")] = 10,
     version: Annotated[Optional[int], typer.Option(help="Published version to query (default: latest).")] = None,
+    answer: Annotated[Optional[bool], typer.Option("--answer/--no-answer", help="Write an answer with an LLM (default: when one is configured).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Retrieve ranked evidence for QUESTION, with provenance."""
+    """Retrieve ranked evidence for QUESTION, with provenance; with an LLM configured, answer it citing the evidence."""
     from graphwright.publish import NoPublishedVersion
     from graphwright.query import query as run_query
 
     _existing_index(index_dir)
     try:
-        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version)
+        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version, answer=answer)
     except (NoPublishedVersion, ValueError) as exc:
         _fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result, default=str))
         return
     out.print(f"[bold]{question}[/]  (mode {mode}, version {result['version']})")
+    if result.get("answer"):
+        out.print(f"\n[bold]answer[/] ({result['llm']['model']}): {result['answer']}", highlight=False)
+    elif result.get("answer_error"):
+        out.print(f"\n[yellow]no answer:[/] {result['answer_error']}", highlight=False)
     for rank, e in enumerate(result["evidence"], 1):
         via = f"  via {', '.join(e['via_entities'][:4])}" if e.get("via_entities") else ""
         out.print(f"\n[bold]{rank}.[/] score {e['score']:.3f}  doc {e['title']!r} ({e['doc_id']})  chunk {e['chunk_id']}{via}", highlight=False)

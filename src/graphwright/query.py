@@ -172,6 +172,26 @@ class Searcher:
         return result
 
 
-def query(index_dir: str, question: str, mode: str = "local", top_k: int | None = None, version: int | None = None) -> dict:
+def query(index_dir: str, question: str, mode: str = "local", top_k: int | None = None, version: int | None = None,
+          answer: bool | None = None) -> dict:
+    """Evidence for `question`; with an LLM configured (llm.model, from the index's configuration
+    or GRAPHWRIGHT_LLM__* variables) and `answer` not False, also an answer citing it."""
     searcher = Searcher(index_dir, version)
-    return searcher.attach_titles(searcher.search(question, mode, top_k))
+    result = searcher.attach_titles(searcher.search(question, mode, top_k))
+    llm = _query_llm(searcher.config)
+    if answer or (answer is None and llm.model):
+        if not llm.model:
+            raise ValueError("no LLM configured for answers: set llm.model (or GRAPHWRIGHT_LLM__MODEL and GRAPHWRIGHT_LLM__BASE_URL)")
+        from graphwright.answer import synthesize
+
+        result = synthesize(question, result, llm, searcher.index.store)
+    return result
+
+
+def _query_llm(config):
+    """The index's LLM settings, overridden by GRAPHWRIGHT_LLM__* environment variables."""
+    import os
+
+    from graphwright.config import LLMConfig, env_overrides
+
+    return LLMConfig.model_validate({**config.llm.model_dump(), **env_overrides(dict(os.environ)).get("llm", {})})
