@@ -154,3 +154,18 @@ def test_query_answers_citing_the_evidence(server, tmp_path, monkeypatch):
     assert result["citations"][0]["chunk_id"] == result["evidence"][0]["chunk_id"]
     assert result["llm"]["completion_tokens"] > 0 and result["llm"]["cache_hit"] is False
     assert query(str(index), "Who leads the council of Port Elling?", answer=False).get("answer") is None
+
+
+def test_repeated_relationships_are_merged():
+    from graphwright.extract.llm import merge_relationships
+
+    merged = merge_relationships([
+        {"source": "A", "target": "B", "description": "x.", "weight": 3.0},
+        {"source": "A", "target": "B", "description": "y.", "weight": 7.0},
+        {"source": "A", "target": "B", "description": "x.", "weight": 1.0},
+        {"source": "B", "target": "C", "description": "z.", "weight": 2.0},
+    ])
+    assert merged == [
+        {"source": "A", "target": "B", "description": "x. y.", "weight": 7.0},
+        {"source": "B", "target": "C", "description": "z.", "weight": 2.0},
+    ]

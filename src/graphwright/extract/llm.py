@@ -25,6 +25,22 @@ def extraction_request(system: str, history: tuple[tuple[str, str], ...], config
     )
 
 
+def merge_relationships(relationships: list[dict]) -> list[dict]:
+    """One assertion per (source, target): models repeat a relationship (small ones loop, and
+    gleaning rounds restate); keep the strongest weight and every distinct description."""
+    merged: dict[tuple[str, str], dict] = {}
+    for r in relationships:
+        key = (r["source"], r["target"])
+        if key not in merged:
+            merged[key] = dict(r)
+            continue
+        m = merged[key]
+        m["weight"] = max(m["weight"], r["weight"])
+        if r["description"] and r["description"] not in m["description"]:
+            m["description"] = (m["description"] + " " + r["description"]).strip()
+    return list(merged.values())
+
+
 class LLMExtractor:
     def __init__(self, config: ExtractConfig, llm: LLMConfig, index_root: str):
         self.config, self.llm_config = config, llm
@@ -93,7 +109,7 @@ class LLMExtractor:
                 still.append(i)
             active = still
         for res in results:
-            res["mentions"] = [] if res["status"] != "ok" else sorted(res["mentions"].values(), key=lambda m: m["name"])
-            if res["status"] != "ok":
-                res["assertions"] = []
+            ok = res["status"] == "ok"
+            res["mentions"] = sorted(res["mentions"].values(), key=lambda m: m["name"]) if ok else []
+            res["assertions"] = merge_relationships(res["assertions"]) if ok else []
         return pa.Table.from_pylist(results, schema=EXTRACTION_BATCH_SCHEMA)
