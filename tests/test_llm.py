@@ -169,3 +169,13 @@ def test_repeated_relationships_are_merged():
         {"source": "A", "target": "B", "description": "x. y.", "weight": 7.0},
         {"source": "B", "target": "C", "description": "z.", "weight": 2.0},
     ]
+
+
+def test_names_not_in_the_passage_are_dropped():
+    answer = ('{"entities": [{"name": "Marley", "type": "PERSON", "description": "dead"},'
+              ' {"name": "Charles Babbage", "type": "PERSON", "description": "copied from the example"}],'
+              ' "relationships": [{"source": "Marley", "target": "Charles Babbage", "description": "x", "strength": 9}]}')
+    entities, rels = parse_extraction(answer, ["PERSON"], "Marley was dead, to begin with.")
+    assert [e["name"] for e in entities] == ["Marley"] and rels == []
+    with pytest.raises(ParseError, match="found in the passage"):
+        parse_extraction(answer, ["PERSON"], "Nobody here.")

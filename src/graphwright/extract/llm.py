@@ -74,7 +74,8 @@ class LLMExtractor:
 
     def __call__(self, chunks: pa.Table) -> pa.Table:
         ids = list(zip(chunks.column("chunk_id").to_pylist(), chunks.column("doc_id").to_pylist()))
-        histories = [(("user", text),) for text in chunks.column("text").to_pylist()]
+        texts = chunks.column("text").to_pylist()
+        histories = [(("user", text),) for text in texts]
         results = [{"chunk_id": c, "doc_id": d, "extractor": self.key, "status": "ok", "error": None,
                     "mentions": {}, "assertions": [], "calls": []} for c, d in ids]
         active = list(range(len(results)))
@@ -95,7 +96,7 @@ class LLMExtractor:
                         res["status"], res["error"] = "failed", f"LLM request failed: {resp.error}"
                     continue
                 try:
-                    entities, relationships = parse_extraction(resp.text, self.config.entity_types)
+                    entities, relationships = parse_extraction(resp.text, self.config.entity_types, texts[i])
                 except ParseError as exc:
                     if round_ == 0:
                         res["status"], res["error"] = "failed", f"unusable answer: {exc}"

@@ -89,8 +89,16 @@ def _text(value) -> str:
     return " ".join(str(value).split()) if value is not None else ""
 
 
-def parse_extraction(text: str, entity_types: list[str]) -> tuple[list[dict], list[dict]]:
-    """(entities, relationships) as mention/assertion dicts; raises ParseError if nothing usable."""
+def _grounded(name: str, source: str) -> bool:
+    return " ".join(name.split()).casefold() in source
+
+
+def parse_extraction(text: str, entity_types: list[str], source_text: str | None = None) -> tuple[list[dict], list[dict]]:
+    """(entities, relationships) as mention/assertion dicts; raises ParseError if nothing usable.
+
+    With `source_text`, an entity whose name does not occur in it is dropped, and so is every
+    relationship touching it: small models copy names from the prompt's example or invent them.
+    """
     data = loads_lenient(text)
     if isinstance(data, list):  # some models answer with the entity list alone
         data = {"entities": data, "relationships": []}
@@ -125,6 +133,11 @@ def parse_extraction(text: str, entity_types: list[str]) -> tuple[list[dict], li
             "source": entities[source.casefold()]["name"], "target": entities[target.casefold()]["name"],
             "description": _text(item.get("description")), "weight": max(0.0, min(strength, 10.0)),
         })
+    if source_text is not None:
+        source = " ".join(source_text.split()).casefold()
+        entities = {k: e for k, e in entities.items() if _grounded(e["name"], source)}
+        relationships = [r for r in relationships if r["source"].casefold() in entities and r["target"].casefold() in entities]
+
     if not entities:
-        raise ParseError("answer lists no entities")
+        raise ParseError("answer lists no entities" + (" found in the passage" if source_text is not None else ""))
     return list(entities.values()), relationships
