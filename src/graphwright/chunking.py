@@ -96,7 +96,8 @@ def plan_chunks(text: str, spans: list[tuple[int, int]], size: int, overlap: int
         if start is None:
             start = a
         used += b - a
-        if used >= min_tokens and zlib.crc32(text[spans[a][0]:spans[b - 1][1]].encode()) % ANCHOR_EVERY == 0:
+        fits = len(spans) - start <= room  # the rest of the document fits: one chunk, no cut
+        if used >= min_tokens and not fits and zlib.crc32(text[spans[a][0]:spans[b - 1][1]].encode()) % ANCHOR_EVERY == 0:
             cores.append((start, b))
             start, used = None, 0
     if start is not None:
