@@ -58,10 +58,11 @@ class Searcher:
             rows.update({r["chunk_id"]: r for r in part.to_pylist()})
         return rows
 
-    def _chunk_similarity(self, q: np.ndarray, chunk_ids: list[str]) -> dict[str, float]:
-        vi = self.vectors("chunk")
+    def _similarity(self, kind: str, q: np.ndarray, item_ids: list[str]) -> dict[str, float]:
+        """Cosine similarity of the question to given items, from their stored vectors."""
+        vi = self.vectors(kind)
         position = {c: i for i, c in enumerate(vi.ids)}
-        present = [c for c in chunk_ids if c in position]
+        present = [c for c in item_ids if c in position]
         if not present:
             return {}
         mat = np.vstack([vi.index.reconstruct(position[c]) for c in present])
@@ -89,7 +90,7 @@ class Searcher:
         named = {e for a, e in zip(aliases.column("alias").to_pylist(), aliases.column("entity_id").to_pylist())
                  if normalize_name(a) in keys and len(normalize_name(a)) > 2}
         if named:
-            for e, s in self._entity_similarity(q, sorted(named)).items():
+            for e, s in self._similarity("entity", q, sorted(named)).items():
                 entity_scores[e] = max(entity_scores.get(e, -1.0), s) + qc.name_match_bonus
         ents = self.index.read("entities", columns=["entity_id", "name", "type", "description", "chunk_ids", "doc_ids"],
                                where=f"entity_id IN {sql_list(entity_scores)}") if entity_scores else None
@@ -101,7 +102,7 @@ class Searcher:
             for c in e["chunk_ids"]:
                 chunk_entities.setdefault(c, []).append(e["entity_id"])
         candidates = dict(self.vectors("chunk").search(q[None, :], qc.candidate_chunks)[0])
-        candidates.update(self._chunk_similarity(q, [c for c in chunk_entities if c not in candidates]))
+        candidates.update(self._similarity("chunk", q, [c for c in chunk_entities if c not in candidates]))
         name_of = {e["entity_id"]: e["name"] for e in entities}
         # an entity found in most chunks says little about which chunk answers: weight by rarity
         n_chunks = max(self.index.manifest["counts"].get("chunks", 1), 1)
@@ -124,15 +125,6 @@ class Searcher:
         result["relationships"] = self._relationships(selected)
         result["reports"] = self._reports(selected)
         return result
-
-    def _entity_similarity(self, q: np.ndarray, entity_ids: list[str]) -> dict[str, float]:
-        vi = self.vectors("entity")
-        position = {e: i for i, e in enumerate(vi.ids)}
-        present = [e for e in entity_ids if e in position]
-        if not present:
-            return {}
-        mat = np.vstack([vi.index.reconstruct(position[e]) for e in present])
-        return dict(zip(present, (mat @ q).tolist()))
 
     def _relationships(self, entity_ids: list[str], limit: int = 20) -> list[dict]:
         if len(entity_ids) < 2:

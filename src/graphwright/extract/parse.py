@@ -15,36 +15,11 @@ class ParseError(ValueError):
     pass
 
 
-def _close_truncated(text: str) -> str:
-    """Close the brackets and string a cut-off answer left open (drop a half-written item)."""
-    stack, in_string, escaped = [], False, False
-    last_complete = 0
+def _scan(text: str) -> tuple[list[str], bool, int]:
+    """Closers still open at the end, whether a string is open, and the end of the last complete
+    item (after a closing bracket, or before a comma)."""
+    stack, in_string, escaped, last_complete = [], False, False, 0
     for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "[{":
-            stack.append("]" if ch == "[" else "}")
-        elif ch in "]}":
-            if stack:
-                stack.pop()
-            last_complete = i + 1
-        elif ch == ",":
-            last_complete = i
-    if not stack and not in_string:
-        return text
-    head = text[:last_complete].rstrip().rstrip(",")
-    # recount what is still open in the kept head
-    opened = []
-    in_string = escaped = False
-    for ch in head:
         if in_string:
             if escaped:
                 escaped = False
@@ -55,10 +30,23 @@ def _close_truncated(text: str) -> str:
         elif ch == '"':
             in_string = True
         elif ch in "[{":
-            opened.append("]" if ch == "[" else "}")
-        elif ch in "]}" and opened:
-            opened.pop()
-    return head + "".join(reversed(opened))
+            stack.append("]" if ch == "[" else "}")
+        elif ch in "]}":
+            if stack:
+                stack.pop()
+            last_complete = i + 1
+        elif ch == ",":
+            last_complete = i
+    return stack, in_string, last_complete
+
+
+def _close_truncated(text: str) -> str:
+    """Close the brackets and string a cut-off answer left open (drop a half-written item)."""
+    stack, in_string, last_complete = _scan(text)
+    if not stack and not in_string:
+        return text
+    head = text[:last_complete].rstrip().rstrip(",")
+    return head + "".join(reversed(_scan(head)[0]))
 
 
 def loads_lenient(text: str) -> object:
