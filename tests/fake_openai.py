@@ -9,7 +9,8 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from graphwright.config import ExtractConfig
+from graphwright.config import EmbedConfig, ExtractConfig
+from graphwright.embed import HashingEmbedder
 from graphwright.extract.nlp import extract_chunk
 
 
@@ -18,6 +19,7 @@ class FakeOpenAI:
         self.requests: list[dict] = []
         self.faults: dict[str, list[str]] = {}  # marker in the chunk -> behaviours to apply, in order
         self.lock = threading.Lock()
+        self.embedder = HashingEmbedder(EmbedConfig(engine="hashing", dim=32))
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -80,6 +82,13 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
                     fake.requests.append(body)
+                if self.path.endswith("/embeddings"):
+                    fault = fake._next_fault(" ".join(body["input"]))
+                    if fault in ("503", "400"):
+                        return self._send(int(fault), b'{"error": "injected"}')
+                    vectors = fake.embedder.encode(body["input"]).tolist()
+                    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in reversed(list(enumerate(vectors)))]
+                    return self._send(200, json.dumps({"object": "list", "data": data, "model": body["model"]}).encode())
                 text = " ".join(m["content"] for m in body["messages"] if m["role"] == "user")
                 fault = fake._next_fault(text)
                 if fault == "drop":

@@ -179,3 +179,22 @@ def test_names_not_in_the_passage_are_dropped():
     assert [e["name"] for e in entities] == ["Marley"] and rels == []
     with pytest.raises(ParseError, match="found in the passage"):
         parse_extraction(answer, ["PERSON"], "Nobody here.")
+
+
+def test_openai_embeddings_are_batched_ordered_and_retried(server, tmp_path):
+    from graphwright.config import EmbedConfig
+    from graphwright.embed import HashingEmbedder, OpenAIEmbedder
+
+    config = EmbedConfig(engine="openai", model="fake-embed", base_url=server.base_url, api_key_env=None,
+                         batch_size=3, concurrency=2, backoff_s=0.01, max_backoff_s=0.05)
+    texts = [f"text number {i} about Port Elling" for i in range(8)] + ["Voss is here"]
+    server.fault("Voss", "503")
+    vectors = OpenAIEmbedder(config).encode(texts)
+    expected = HashingEmbedder(EmbedConfig(engine="hashing", dim=32)).encode(texts)
+    assert vectors.shape == (9, 32) and abs(vectors - expected).max() < 1e-5  # order kept across batches
+    assert sum(1 for r in server.requests if "input" in r) == 4  # 3 batches + 1 retry
+
+    index = tmp_path / "index"
+    summary = run([CORPUS], index, make_config(embed={"engine": "openai", "model": "fake-embed", "base_url": server.base_url,
+                                                      "api_key_env": None, "batch_size": 16}))
+    assert summary["recomputed"]["embeddings"]["chunk"]["embedded"] == summary["chunks"]

@@ -4,6 +4,7 @@
   the wheel; loaded with HF_HUB_OFFLINE=1 so nothing is fetched).
 - hashing: a deterministic bag-of-words feature-hashing embedder with no model, for tests and for
   runs where embedding quality does not matter.
+- openai: any OpenAI-compatible /v1/embeddings endpoint (a vLLM or llama.cpp server, a hosted API).
 """
 
 from __future__ import annotations
@@ -70,8 +71,44 @@ class HashingEmbedder:
         return out / np.where(norms == 0, 1, norms)
 
 
+class OpenAIEmbedder:
+    """Any OpenAI-compatible /v1/embeddings endpoint: `batch_size` texts per request, up to
+    `concurrency` requests in flight, retried like completions. A batch that still fails raises
+    (the embed stage then fails and is rerun; it keeps no partial vectors of a batch)."""
+
+    def __init__(self, config: EmbedConfig):
+        from graphwright.llm.openai_engine import OpenAIClient
+
+        self.config = config
+        self.client = OpenAIClient(config)
+        self.name = config.model
+
+    def _batch(self, texts: list[str]) -> np.ndarray:
+        def parse(data: dict) -> np.ndarray:
+            rows = sorted(data["data"], key=lambda d: d["index"])
+            if len(rows) != len(texts):
+                raise ValueError(f"{len(rows)} embeddings for {len(texts)} inputs")
+            return np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+
+        vectors, attempts, error = self.client.post("/embeddings", {"model": self.config.model, "input": texts}, parse)
+        if vectors is None:
+            raise RuntimeError(f"embedding request failed after {attempts} attempts: {error}")
+        return vectors
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 1), dtype=np.float32)
+        size = self.config.batch_size
+        parts = self.client.map(self._batch, [texts[o:o + size] for o in range(0, len(texts), size)])
+        out = np.vstack(parts)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
 def model_name(config: EmbedConfig) -> str:
-    return config.model if config.engine == "sentence-transformers" else f"hashing-{config.dim}"
+    if config.engine == "hashing":
+        return f"hashing-{config.dim}"
+    return config.model if config.engine == "sentence-transformers" else f"openai:{config.model}"
 
 
 @functools.cache
@@ -81,6 +118,8 @@ def _cached_embedder(config_json: str):
         return SentenceTransformerEmbedder(config)
     if config.engine == "hashing":
         return HashingEmbedder(config)
+    if config.engine == "openai":
+        return OpenAIEmbedder(config)
     raise ValueError(f"unknown embedding engine {config.engine!r}")
 
 

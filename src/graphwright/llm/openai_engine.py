@@ -43,11 +43,13 @@ class RateLimiter:
             time.sleep(at - now)
 
 
-class OpenAIEngine:
+class OpenAIClient:
+    """POSTs JSON to an OpenAI-compatible server with the retry, backoff, rate and timeout policy
+    above; shared by chat completions and embeddings."""
+
     def __init__(self, config):
         self.config = config
-        self.model = config.model
-        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self.base_url = config.base_url.rstrip("/")
         api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
         self.headers = {"Content-Type": "application/json"}
         if api_key:
@@ -55,14 +57,62 @@ class OpenAIEngine:
         self.limiter = RateLimiter(config.requests_per_second)
         self._local = threading.local()
 
-    @property
-    def name(self) -> str:
-        return f"openai:{self.model}"
-
     def _session(self) -> requests.Session:
         if not hasattr(self._local, "session"):  # one pooled connection set per thread
             self._local.session = requests.Session()
         return self._local.session
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(float(retry_after), self.config.max_backoff_s)
+            except ValueError:
+                pass
+        return min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+
+    def post(self, path: str, body: dict, parse):
+        """(parse(response JSON), attempts, error). A body that `parse` cannot read is retried
+        like a 5xx (often a proxy hiccup); other 4xx are not retried."""
+        error = "no attempt made"
+        for attempt in range(1, self.config.max_attempts + 1):
+            self.limiter.wait()
+            retry_after = None
+            try:
+                resp = self._session().post(self.base_url + path, json=body, headers=self.headers, timeout=self.config.timeout_s)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code == 200:
+                    try:
+                        return parse(resp.json()), attempt, None
+                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        error = f"malformed response body: {type(exc).__name__}: {exc}"
+                else:
+                    error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                    if resp.status_code not in RETRY_STATUS:
+                        return None, attempt, error
+                    retry_after = resp.headers.get("Retry-After")
+            if attempt < self.config.max_attempts:
+                time.sleep(self._backoff(attempt, retry_after))
+        return None, self.config.max_attempts, error
+
+    def map(self, fn, items: list) -> list:
+        """fn over items with at most `concurrency` in flight, results in order."""
+        if len(items) <= 1 or self.config.concurrency <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+
+class OpenAIEngine:
+    def __init__(self, config):
+        self.config = config
+        self.model = config.model
+        self.client = OpenAIClient(config)
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.model}"
 
     def _body(self, request: LLMRequest) -> dict:
         body = {
@@ -78,52 +128,22 @@ class OpenAIEngine:
             body["response_format"] = {"type": "json_object", "schema": schema}
         return body
 
-    def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(float(retry_after), self.config.max_backoff_s)
-            except ValueError:
-                pass
-        return min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-
     def complete_one(self, request: LLMRequest) -> LLMResponse:
-        body = self._body(request)
         started = time.perf_counter()
-        error = "no attempt made"
-        for attempt in range(1, self.config.max_attempts + 1):
-            self.limiter.wait()
-            retry_after = None
-            try:
-                resp = self._session().post(self.url, json=body, headers=self.headers, timeout=self.config.timeout_s)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                error = f"{type(exc).__name__}: {exc}"
-            else:
-                if resp.status_code == 200:
-                    try:
-                        data = resp.json()
-                        text = data["choices"][0]["message"]["content"]
-                        usage = data.get("usage") or {}
-                        return LLMResponse(
-                            text=text,
-                            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                            completion_tokens=int(usage.get("completion_tokens") or 0),
-                            latency_s=time.perf_counter() - started,
-                            attempts=attempt,
-                            meta={"finish_reason": data["choices"][0].get("finish_reason")},
-                        )
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        error = f"malformed response body: {type(exc).__name__}: {exc}"  # retried: often a proxy hiccup
-                else:
-                    error = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                    if resp.status_code not in RETRY_STATUS:
-                        break
-                    retry_after = resp.headers.get("Retry-After")
-            if attempt < self.config.max_attempts:
-                time.sleep(self._backoff(attempt, retry_after))
-        return LLMResponse(text=None, latency_s=time.perf_counter() - started, attempts=attempt, error=error)
+
+        def parse(data: dict) -> LLMResponse:
+            usage = data.get("usage") or {}
+            return LLMResponse(
+                text=data["choices"][0]["message"]["content"],
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                meta={"finish_reason": data["choices"][0].get("finish_reason")},
+            )
+
+        response, attempts, error = self.client.post("/chat/completions", self._body(request), parse)
+        response = response or LLMResponse(text=None, error=error)
+        response.latency_s, response.attempts = time.perf_counter() - started, attempts
+        return response
 
     def complete(self, requests_: list[LLMRequest]) -> list[LLMResponse]:
-        if len(requests_) <= 1 or self.config.concurrency <= 1:
-            return [self.complete_one(r) for r in requests_]
-        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(requests_))) as pool:
-            return list(pool.map(self.complete_one, requests_))
+        return self.client.map(self.complete_one, requests_)
