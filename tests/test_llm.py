@@ -198,3 +198,30 @@ def test_openai_embeddings_are_batched_ordered_and_retried(server, tmp_path):
     summary = run([CORPUS], index, make_config(embed={"engine": "openai", "model": "fake-embed", "base_url": server.base_url,
                                                       "api_key_env": None, "batch_size": 16}))
     assert summary["recomputed"]["embeddings"]["chunk"]["embedded"] == summary["chunks"]
+
+
+def test_descriptions_over_budget_are_summarized_once_and_cached(server, tmp_path):
+    config = make_config(resolve={"summarize": True, "description_max_chars": 100},
+                         llm={"model": "fake-model", "base_url": server.base_url, "api_key_env": None, **FAST})
+    index = tmp_path / "index"
+    first = run([CORPUS], index, config)
+    store = IndexStore(index)
+    calls = [c for c in store.read("llm_calls").to_pylist() if c["stage"] == "resolve"]
+    assert calls and all(not c["cache_hit"] for c in calls)
+    summarized = {c["item_id"] for c in calls}
+    entities = {e["entity_id"]: e for e in store.read("entities").to_pylist()}
+    assert any(e in summarized for e in entities)
+    assert all(len(e["description"]) <= 100 for e in entities.values())
+    assert first["llm"]["prompt_tokens"] > 0
+
+    # a later run resolves again after a new document: unchanged rows are answered from the cache
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus)
+    first = run([corpus], tmp_path / "index2", config)
+    before = len(server.requests)
+    (corpus / "extra.txt").write_text("Mara Voss met Tobias Reed at the harbour.")
+    again = run([corpus], tmp_path / "index2", config)
+    resolve_calls = [c for c in IndexStore(tmp_path / "index2").read("llm_calls").to_pylist()
+                     if c["stage"] == "resolve" and c["run_id"] == again["run_id"]]
+    hits = sum(c["cache_hit"] for c in resolve_calls)
+    assert hits > 0 and len(server.requests) - before == len(resolve_calls) - hits

@@ -74,6 +74,9 @@ class ExtractConfig(_Section):
 class ResolveConfig(_Section):
     method: Literal["normalized_name"] = "normalized_name"
     description_max_chars: int = Field(1200, ge=100)
+    # above the budget, have the LLM (llm section) summarize all descriptions instead of keeping
+    # only those that fit
+    summarize: bool = False
 
 
 class ClusterConfig(_Section):

@@ -356,12 +356,31 @@ def stage_resolve(run: Run) -> dict:
         docs = store.read("documents", columns=["doc_id", "source_key"])
         source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
         positions = {c: (source_key.get(d, ""), i) for c, d, i in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "chunk_index")))}
-        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve, positions)
+        overflow: dict | None = {} if run.config.resolve.summarize else None
+        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve, positions, overflow)
+        if overflow:
+            entities, relationships = _summarize_descriptions(run, overflow, entities, relationships)
         diffs = {name: store.replace_if_changed(name, table)
                  for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
         m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,
                  entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs)
         return diffs
+
+
+def _summarize_descriptions(run: Run, overflow: dict, entities: pa.Table, relationships: pa.Table) -> tuple[pa.Table, pa.Table]:
+    from graphwright.summarize import summarize
+
+    if not run.config.llm.model:
+        raise ValueError("resolve.summarize needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+    summaries, calls = summarize(run.store, overflow, run.config.resolve.description_max_chars, run.config.llm)
+    _record_llm_calls(run, "resolve", pa.Table.from_pylist(calls))
+
+    def patch(table: pa.Table, name: str, key: str) -> pa.Table:
+        ids_ = table.column(key).to_pylist()
+        texts = [summaries.get((name, i), d) for i, d in zip(ids_, table.column("description").to_pylist())]
+        return table.set_column(table.schema.get_field_index("description"), "description", pa.array(texts, pa.string()))
+
+    return patch(entities, "entities", "entity_id"), patch(relationships, "relationships", "relationship_id")
 
 
 def stage_cluster(run: Run) -> dict:

@@ -16,17 +16,21 @@ from graphwright.config import ResolveConfig
 from graphwright.names import normalize_name
 
 
-def merge_descriptions(descriptions: list[tuple[object, str]], max_chars: int) -> str:
-    """Distinct descriptions, most frequent first, then in corpus order (`position`), within a
-    character budget. Corpus order keeps a description stable when later documents add
-    mentions (new text sorts last), which is what lets an update reuse reports."""
+def ordered_descriptions(descriptions: list[tuple[object, str]]) -> list[str]:
+    """Distinct descriptions, most frequent first, then in corpus order (`position`). Corpus
+    order keeps a description stable when later documents add mentions (new text sorts last),
+    which is what lets an update reuse reports."""
     counts = Counter(d for _, d in descriptions if d)
     first = {}
     for position, d in sorted((p, d) for p, d in descriptions if d):
         first.setdefault(d, position)
-    ordered = sorted(counts, key=lambda d: (-counts[d], first[d], d))
+    return sorted(counts, key=lambda d: (-counts[d], first[d], d))
+
+
+def merge_descriptions(descriptions: list[tuple[object, str]], max_chars: int) -> str:
+    """The ordered distinct descriptions, concatenated within a character budget."""
     out, used = [], 0
-    for d in ordered:
+    for d in ordered_descriptions(descriptions):
         if out and used + len(d) + 1 > max_chars:
             break
         out.append(d)
@@ -39,10 +43,20 @@ def _pick_name(surfaces: Counter) -> str:
 
 
 def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
-            positions: dict[str, object] | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
+            positions: dict[str, object] | None = None, overflow: dict | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
     """(entities, entity_aliases, relationships) from mentions and assertions. `positions` maps a
-    chunk id to its place in the corpus (e.g. (source key, chunk index)); by default the chunk id."""
+    chunk id to its place in the corpus (e.g. (source key, chunk index)); by default the chunk id.
+    If `overflow` is a dict, rows whose descriptions exceed the budget are added to it as
+    {(table, id): (name, ordered distinct descriptions)}, for an LLM to summarize."""
     positions = positions or {}
+
+    def describe(table: str, row_id: str, name: str, descs: list) -> str:
+        merged = merge_descriptions(descs, config.description_max_chars)
+        if overflow is not None:
+            ordered = ordered_descriptions(descs)
+            if sum(len(d) + 1 for d in ordered) - 1 > config.description_max_chars:
+                overflow[(table, row_id)] = (name, ordered)
+        return merged
     groups: dict[str, dict] = {}
     alias_counts: Counter = Counter()
     cols = [mentions.column(c).to_pylist() for c in ("name", "type", "description", "count", "chunk_id", "doc_id")]
@@ -93,7 +107,7 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
                 "name": _pick_name(g["surfaces"]),
                 "type": types[0],
                 "types": types,
-                "description": merge_descriptions(g["descs"], config.description_max_chars),
+                "description": describe("entities", eid, _pick_name(g["surfaces"]), g["descs"]),
                 "mention_count": g["n"],
                 "degree": degree[eid],
                 "chunk_ids": sorted(g["chunks"]),
@@ -123,7 +137,7 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
                 "target_id": b,
                 "source": name_of[a],
                 "target": name_of[b],
-                "description": merge_descriptions(g["descs"], config.description_max_chars),
+                "description": describe("relationships", ids.relationship_id(a, b), f"{name_of[a]} and {name_of[b]}", g["descs"]),
                 "weight": g["weight"],
                 "chunk_ids": sorted(g["chunks"]),
                 "doc_ids": sorted(g["docs"]),
