@@ -4,8 +4,9 @@
 
 Indexes the first 33 quarters, adds the remaining ones one run at a time, deletes two quarters,
 then builds the final corpus from scratch and compares. Prints one row per run: seconds, chunks
-extracted, entities/relationships touched, reports built vs reused, embeddings computed, and the
-share of a full build's extraction work the run did.
+extracted, entities/relationships touched, reports built vs reused, embeddings computed, the
+share of a full build's extraction work the run did, and with an LLM extractor the tokens spent
+beside what extracting the whole corpus costs (from the token counts the cache recorded).
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ def row(label: str, s: dict, seconds: float, full_chunks: int) -> str:
     touched = lambda d: d["added"] + d["removed"] + d["changed"]  # noqa: E731
     embedded = sum(v["embedded"] for v in r["embeddings"].values())
     share = r["chunks_extracted"] / full_chunks if full_chunks else 0
+    llm = s.get("llm") or {}
+    spent = llm.get("prompt_tokens", 0) + llm.get("completion_tokens", 0)
+    tokens = f" {spent:9d} {spent / llm['full_rebuild_tokens']:7.1%}" if llm.get("full_rebuild_tokens") else ""
     return (f"{label:<22} {seconds:7.1f} {s['documents']:5d} {s['chunks']:6d} {r['chunks_extracted']:6d} {share:7.1%} "
-            f"{touched(r['entities']):6d} {touched(r['relationships']):6d} {r['reports_built']:6d} {r['reports_reused']:6d} {embedded:7d} {s['version']:4d}")
+            f"{touched(r['entities']):6d} {touched(r['relationships']):6d} {r['reports_built']:6d} {r['reports_reused']:6d} {embedded:7d} {s['version']:4d}"
+            + tokens)
 
 
 def main() -> int:
@@ -51,7 +56,8 @@ def main() -> int:
     src.mkdir(parents=True)
     quiet = lambda msg: None  # noqa: E731
 
-    header = f"{'run':<22} {'sec':>7} {'docs':>5} {'chunks':>6} {'extr':>6} {'of full':>7} {'ent±':>6} {'rel±':>6} {'rep+':>6} {'rep=':>6} {'embed':>7} {'ver':>4}"
+    header = (f"{'run':<22} {'sec':>7} {'docs':>5} {'chunks':>6} {'extr':>6} {'of full':>7} {'ent±':>6} {'rel±':>6} {'rep+':>6} {'rep=':>6} {'embed':>7} {'ver':>4}"
+              + (f" {'tokens':>9} {'of full':>7}" if config.extract.engine == "llm" else ""))
     print(header)
     total_chunks = None
     for f in files[: args.initial]:

@@ -109,3 +109,17 @@ class FakeOpenAI:
                 self._send(200, json.dumps(payload).encode())
 
         return Handler
+
+
+if __name__ == "__main__":  # serve on a fixed loopback port until interrupted (for benchmarks)
+    import sys
+    import time
+
+    fake = FakeOpenAI()
+    fake.server.server_close()
+    fake.server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1]) if len(sys.argv) > 1 else 8090), fake._handler())
+    fake.thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    with fake:
+        print(f"fake OpenAI-compatible server on {fake.base_url}", flush=True)
+        while True:
+            time.sleep(3600)

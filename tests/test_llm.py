@@ -118,6 +118,9 @@ def test_pipeline_with_llm_extraction_and_cache(server, tmp_path):
     assert len(server.requests) == before  # no new LLM request
     assert again["llm"]["cache_hits"] == again["llm"]["calls"] == again["chunks_extracted"]
     assert again["llm"]["prompt_tokens"] == 0  # nothing spent
+    # what a full extraction of the current corpus costs, from the recorded token counts
+    cache = store.read("llm_cache").to_pylist()
+    assert again["llm"]["full_rebuild_tokens"] == sum(c["prompt_tokens"] + c["completion_tokens"] for c in cache)
 
 
 def test_failed_chunks_are_recorded_and_retried(server, tmp_path):
@@ -225,3 +228,13 @@ def test_descriptions_over_budget_are_summarized_once_and_cached(server, tmp_pat
                      if c["stage"] == "resolve" and c["run_id"] == again["run_id"]]
     hits = sum(c["cache_hit"] for c in resolve_calls)
     assert hits > 0 and len(server.requests) - before == len(resolve_calls) - hits
+
+
+def test_gleaning_rounds_continue_the_conversation(server, tmp_path):
+    summary = run([CORPUS], tmp_path / "index", llm_config(server, gleanings=1))
+    rounds = [r for r in server.requests if "messages" in r]
+    assert summary["llm"]["calls"] == 2 * summary["chunks"] == len(rounds)
+    follow_ups = [r for r in rounds if len(r["messages"]) == 4]
+    assert len(follow_ups) == summary["chunks"]
+    assert [m["role"] for m in follow_ups[0]["messages"]] == ["system", "user", "assistant", "user"]
+    assert summary["chunks_failed"] == 0  # an empty gleaning answer keeps the first round's findings

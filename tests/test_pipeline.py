@@ -168,6 +168,7 @@ def test_deleting_a_document_removes_every_row_that_references_it(fresh):
     gone = ids.doc_id("notes/river.txt")
     gone_chunks = set(store.read("chunks", where=f"doc_id = '{gone}'").column("chunk_id").to_pylist())
     assert gone_chunks
+    gone_text = (fresh.corpus / "notes" / "river.txt").read_text()
     (fresh.corpus / "notes" / "river.txt").unlink()
     s = run([fresh.corpus], fresh.index)
     assert s["documents_diff"]["deleted"] == 1 and s["documents"] == 5
@@ -181,6 +182,17 @@ def test_deleting_a_document_removes_every_row_that_references_it(fresh):
         assert not gone_chunks & set(row["chunk_ids"])
     emb = store.read("embeddings", where="kind = 'chunk'")
     assert not gone_chunks & set(emb.column("item_id").to_pylist())
+    # no description or report keeps a sentence that only the deleted document contained
+    from graphwright.extract.nlp import split_sentences
+
+    others = " ".join(" ".join(t.split()) for t in store.read("documents").column("text").to_pylist())
+    only_there = [" ".join(gone_text[a:b].split()) for a, b in split_sentences(gone_text)]
+    only_there = [x for x in only_there if len(x) > 20 and x not in others]
+    assert only_there  # the premise: the deleted document had sentences of its own
+    texts = [r["description"] for name in ("entities", "relationships") for r in store.read(name).to_pylist()]
+    texts += [r["full_content"] for r in store.read("community_reports").to_pylist()]
+    blob = " ".join(" ".join(t.split()) for t in texts)
+    assert not [x for x in only_there if x in blob]
     assert s["new_version"] and s["version"] == 2
     # the published version 1 still reads as it was
     v1 = PublishedIndex(store, 1)

