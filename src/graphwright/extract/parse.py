@@ -82,7 +82,8 @@ def _grounded(name: str, source: str) -> bool:
 
 
 def parse_extraction(text: str, entity_types: list[str], source_text: str | None = None) -> tuple[list[dict], list[dict]]:
-    """(entities, relationships) as mention/assertion dicts; raises ParseError if nothing usable.
+    """(entities, relationships) as mention/assertion dicts. An object with empty lists is a valid
+    answer (a passage may name nothing); ParseError means the answer is not an extraction.
 
     With `source_text`, an entity whose name does not occur in it is dropped, and so is every
     relationship touching it: small models copy names from the prompt's example or invent them.
@@ -92,6 +93,8 @@ def parse_extraction(text: str, entity_types: list[str], source_text: str | None
         data = {"entities": data, "relationships": []}
     if not isinstance(data, dict):
         raise ParseError("answer is not a JSON object")
+    if "entities" not in data and "relationships" not in data:
+        raise ParseError(f"answer has no 'entities': {text[:80]!r}")
     allowed = {t.upper() for t in entity_types}
     entities: dict[str, dict] = {}
     for item in data.get("entities") or []:
@@ -126,6 +129,4 @@ def parse_extraction(text: str, entity_types: list[str], source_text: str | None
         entities = {k: e for k, e in entities.items() if _grounded(e["name"], source)}
         relationships = [r for r in relationships if r["source"].casefold() in entities and r["target"].casefold() in entities]
 
-    if not entities:
-        raise ParseError("answer lists no entities" + (" found in the passage" if source_text is not None else ""))
     return list(entities.values()), relationships
