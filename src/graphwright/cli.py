@@ -143,7 +143,8 @@ def rollback(
     if as_json:
         typer.echo(json.dumps(result))
     else:
-        out.print(f"version {manifest['version']} published with the contents of version {to}")
+        out.print(f"version {manifest['version']} published with the contents of version {to}" if manifest["new"]
+                  else f"the latest version ({manifest['version']}) already has the contents of version {to}; nothing published")
 
 
 @app.command()
