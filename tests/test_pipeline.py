@@ -11,7 +11,6 @@ from graphwright.pipeline import NothingToIndex
 from graphwright.publish import DATA_TABLES, NoPublishedVersion, PublishedIndex, load_manifest, manifests
 from graphwright.query import query
 from graphwright.store import IndexStore
-from graphwright.tables import SchemaError
 from _helpers import CORPUS, CORPUS_KEYS, assert_valid, data_table_versions, diff_counts, index_fresh, make_config, run
 
 

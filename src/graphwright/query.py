@@ -15,8 +15,6 @@ import math
 import re
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from graphwright.embed import make_embedder
 from graphwright.names import normalize_name

@@ -7,7 +7,7 @@ carries the sorted set of chunks and documents that support it.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pyarrow as pa
 
