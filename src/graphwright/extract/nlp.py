@@ -18,7 +18,7 @@ from graphwright.config import ExtractConfig
 from graphwright.extract import EXTRACTION_BATCH_SCHEMA
 from graphwright.names import HONORIFICS, has_honorific, normalize_name, strip_possessive
 
-RULES_VERSION = 3
+RULES_VERSION = 4
 
 _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "rev", "capt", "gen", "col", "sgt", "gov",
@@ -142,8 +142,11 @@ def find_names(text: str) -> list[dict]:
             raw = " ".join(raw.split())  # a name wrapped across lines is still one name
             surface = strip_possessive(_trim_leading_stopwords(raw) if at_start else raw)
             words = surface.split()
-            if at_start and len(words) > 1 and words[0].casefold() in lowercase_words and not has_honorific(surface):
-                surface = " ".join(words[1:])  # 'Tell Dr. Brandt': the text also uses 'tell' as a word
+            if (at_start and len(words) > 1 and words[0].casefold() in lowercase_words and words[0] not in mid_sentence_caps
+                    and not has_honorific(surface)):
+                # 'Tell Dr. Brandt': the text uses 'tell' as a word and never capitalizes it mid-sentence
+                # ('Demon Dice ... a demon ... republished as Demon Dice' keeps its name)
+                surface = " ".join(words[1:])
             key = normalize_name(surface)
             if not surface or key in _NOT_NAMES or key in HONORIFICS or len(key) < 2:
                 continue  # a stop word, or a title alone ('Mr')
