@@ -93,16 +93,14 @@ class Run:
         if not table.num_rows:
             return
         if stage.on_driver:
-            with self.progress.task(label, table.num_rows) as advance:
-                for batch in LocalExecutor().map_batches(table, stage):
-                    advance(count(batch))
-                    yield batch
-            return
-        if self.executor is None:  # started on first use: a no-op run never starts Ray
-            self.executor = make_executor(self.config.execution)
-            self.log(f"executor: {self.executor.describe()}")
+            executor = LocalExecutor()
+        else:
+            if self.executor is None:  # started on first use: a no-op run never starts Ray
+                self.executor = make_executor(self.config.execution)
+                self.log(f"executor: {self.executor.describe()}")
+            executor = self.executor
         with self.progress.task(label, table.num_rows) as advance:
-            for batch in self.executor.map_batches(table, stage):
+            for batch in executor.map_batches(table, stage):
                 advance(count(batch))
                 yield batch
 
