@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -177,3 +178,19 @@ def test_indexing_only_bad_files_exits_non_zero(tmp_path):
 def test_index_requires_an_index_option():
     result = invoke("index", CORPUS)
     assert result.exit_code == 2
+
+
+def test_eval_reports_recall_at_k(cli_index, tmp_path):
+    index, _ = cli_index
+    questions = Path(__file__).parent / "data" / "questions.jsonl"
+    result = invoke("eval", "--index", index, "--questions", questions, "--mode", "naive", "--k", "10", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    # with 6 documents and k=10 every gold document is within reach of naive search
+    assert report["questions"] == 3 and report["recall@10"] == 1.0 and report["all_gold@10"] == 1.0
+    tight = json.loads(invoke("eval", "--index", index, "--questions", questions, "--mode", "naive", "--k", "1", "--json").stdout)
+    assert 0 <= tight["recall@1"] < 1.0  # q3 has two gold documents: one slot cannot hold both
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "no gold"}\n')
+    result = invoke("eval", "--index", index, "--questions", bad)
+    assert result.exit_code == 1 and says(result, "gold_doc_ids")

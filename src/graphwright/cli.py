@@ -236,6 +236,31 @@ def query(
             out.print(f"  L{r['level']} {r['title']} (rating {r['rating']}): {r['summary'][:200]}", highlight=False)
 
 
+@app.command("eval")
+def eval_(
+    index_dir: IndexOpt,
+    questions: Annotated[Path, typer.Option("--questions", help="JSONL with question and gold_doc_ids (source keys).")],
+    mode: Annotated[str, typer.Option(help="local | naive")] = "local",
+    k: Annotated[int, typer.Option("--k", min=1, help="Evidence cut-off.")] = 10,
+    version: Annotated[Optional[int], typer.Option(help="Published version (default: latest).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evidence recall@k of a query mode on a question set."""
+    from graphwright.evaluate import evaluate, load_questions
+    from graphwright.publish import NoPublishedVersion
+
+    _existing_index(index_dir)
+    try:
+        result = evaluate(str(index_dir), load_questions(questions), mode, k, version)
+    except (NoPublishedVersion, ValueError, OSError) as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(result))
+    else:
+        out.print(f"{result['questions']} questions, mode {mode}: recall@{k} {result[f'recall@{k}']:.3f}, "
+                  f"all gold in top {k}: {result[f'all_gold@{k}']:.3f}, {result['seconds_per_query']:.3f} s/query")
+
+
 @app.command()
 def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     """Row counts per table and the published versions."""

@@ -1,0 +1,48 @@
+"""Evidence recall of a query mode against a question set with gold document ids (JSONL with
+`question` and `gold_doc_ids`, as in the development data)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from graphwright.ids import doc_id
+from graphwright.query import Searcher
+
+
+def load_questions(path: str | Path) -> list[dict]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if "question" not in row or not row.get("gold_doc_ids"):
+            raise ValueError(f"{path}:{n}: a question needs 'question' and 'gold_doc_ids'")
+        rows.append(row)
+    return rows
+
+
+def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: int | None = None,
+             searcher: Searcher | None = None) -> dict:
+    """`recall@k`: mean share of a question's gold documents in the top-k evidence;
+    `all_gold@k`: share of questions with every gold document there. Gold ids are source keys."""
+    searcher = searcher or Searcher(index_dir, version)
+    per_question, started = [], time.perf_counter()
+    for q in questions:
+        t = time.perf_counter()
+        gold = {doc_id(g) for g in q["gold_doc_ids"]}
+        got = [e["doc_id"] for e in searcher.search(q["question"], mode, k)["evidence"][:k]]
+        hit = len(gold & set(got))
+        per_question.append({"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold),
+                             "seconds": round(time.perf_counter() - t, 4)})
+    n = len(per_question) or 1
+    return {
+        "mode": mode,
+        "k": k,
+        "questions": len(per_question),
+        f"recall@{k}": round(sum(p["recall"] for p in per_question) / n, 4),
+        f"all_gold@{k}": round(sum(p["all_gold"] for p in per_question) / n, 4),
+        "seconds_per_query": round((time.perf_counter() - started) / n, 4),
+        "per_question": per_question,
+    }
