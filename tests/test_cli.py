@@ -194,3 +194,17 @@ def test_eval_reports_recall_at_k(cli_index, tmp_path):
     bad.write_text('{"question": "no gold"}\n')
     result = invoke("eval", "--index", index, "--questions", bad)
     assert result.exit_code == 1 and says(result, "gold_doc_ids")
+
+
+def test_runs_lists_each_run_with_status_and_changes(tmp_path):
+    index = tmp_path / "index"
+    assert invoke("index", CORPUS, "--index", index, "--config", CONFIG_FILE, "--executor", "local", "--json").exit_code == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blob.txt").write_bytes(b"\x00\x01")
+    assert invoke("index", empty, "--index", index, "--config", CONFIG_FILE, "--executor", "local").exit_code == 1
+    result = invoke("runs", "--index", index, "--json")
+    assert result.exit_code == 0, result.output
+    newest, first = json.loads(result.stdout)
+    assert first["status"] == "succeeded" and first["documents"]["new"] == 6 and first["version"] == 1 and first["new_version"]
+    assert newest["status"] == "failed" and "NothingToIndex" in newest["error"] and newest["seconds"] >= 0

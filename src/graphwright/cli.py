@@ -262,6 +262,37 @@ def eval_(
 
 
 @app.command()
+def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Newest runs to show.")] = 20, as_json: JsonOpt = False) -> None:
+    """Each run: status, duration, what changed, errors."""
+    store = _existing_index(index_dir)
+    rows = sorted(store.read("runs").to_pylist(), key=lambda r: r["started_at"], reverse=True)[:limit]
+    report = []
+    for r in rows:
+        summary = json.loads(r["summary"] or "{}")
+        seconds = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
+        report.append({
+            "run_id": r["run_id"], "command": r["command"], "status": r["status"], "started_at": str(r["started_at"]),
+            "seconds": seconds, "documents": summary.get("documents_diff"), "chunks_extracted": summary.get("chunks_extracted"),
+            "version": summary.get("version"), "new_version": summary.get("new_version"), "error": r["error"],
+            "source_errors": len(summary.get("source_errors") or []),
+        })
+    if as_json:
+        typer.echo(json.dumps(report))
+        return
+    t = Table(title=f"runs — {index_dir}", title_justify="left")
+    for col in ("started", "command", "status", "s", "documents +/~/-", "extracted", "version", "error"):
+        t.add_column(col)
+    for r in report:
+        d = r["documents"] or {}
+        t.add_row(r["started_at"][:19], r["command"], r["status"], f"{r['seconds']:.1f}" if r["seconds"] is not None else "",
+                  f"{d.get('new', '')}/{d.get('changed', '')}/{d.get('deleted', '')}" if d else "",
+                  str(r["chunks_extracted"] if r["chunks_extracted"] is not None else ""),
+                  f"{r['version']}" + (" (new)" if r["new_version"] else "") if r["version"] else "",
+                  (r["error"] or "")[:60])
+    out.print(t)
+
+
+@app.command()
 def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     """Row counts per table and the published versions."""
     from graphwright import tables
