@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphwright import ids
-from graphwright.chunking import CHUNK_BATCH_SCHEMA, Chunker, chunk_text, split_spans, token_spans
+from graphwright import ids, tables
+from graphwright.chunking import Chunker, chunk_text, split_spans, token_spans
 from _helpers import CORPUS
 
 TEXT = (CORPUS / "harbor.txt").read_text()
@@ -119,7 +119,7 @@ def test_chunker_batch_function():
         "text": [TEXT, "A short note about Port Elling."],
     })
     out = Chunker(32, 8)(docs)
-    assert out.schema.equals(CHUNK_BATCH_SCHEMA)
+    assert out.schema.equals(tables.schema("chunks").arrow)
     rows = out.to_pylist()
     assert {r["doc_id"] for r in rows} == {"d1", "d2"}
     assert all(r["doc_hash"] == {"d1": "h1", "d2": "h2"}[r["doc_id"]] for r in rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from graphwright.llm import LLMRequest, make_llm
+from graphwright.llm.cache import complete_through_cache
 
 PROMPT_VERSION = "answer-v1"
 SYSTEM = (
@@ -31,22 +32,14 @@ def answer_request(question: str, evidence: list[dict], config, max_chars: int =
     )
 
 
-def synthesize(question: str, result: dict, config, store=None) -> dict:
+def synthesize(question: str, result: dict, config, store) -> dict:
     """Add `answer`, `citations` (evidence numbers the answer cites) and `llm` usage to `result`."""
     request = answer_request(question, result["evidence"], config)
-    key = request.cache_key(config.model)
-    cached = None
-    if store is not None and store.exists("llm_cache"):
-        rows = store.read("llm_cache", where=f"key = '{key}'").to_pylist()
-        cached = rows[0] if rows else None
-    if cached:
-        text, usage, hit = cached["response"], (cached["prompt_tokens"], cached["completion_tokens"]), True
-    else:
-        response = make_llm(config).complete([request])[0]
-        if not response.ok:
-            result["answer"], result["answer_error"] = None, response.error
-            return result
-        text, usage, hit = response.text, (response.prompt_tokens, response.completion_tokens), False
+    ((key, response, hit),) = complete_through_cache(store, lambda: make_llm(config), [request], config.model)
+    if not response.ok:
+        result["answer"], result["answer_error"] = None, response.error
+        return result
+    text, usage = response.text, (response.prompt_tokens, response.completion_tokens)
     cited = sorted({int(n) for n in re.findall(r"\[(\d+)\]", text) if 0 < int(n) <= len(result["evidence"])})
     result["answer"] = text.strip()
     result["citations"] = [{"n": n, "doc_id": result["evidence"][n - 1]["doc_id"], "chunk_id": result["evidence"][n - 1]["chunk_id"]} for n in cited]

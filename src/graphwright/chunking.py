@@ -9,7 +9,7 @@ import zlib
 
 import pyarrow as pa
 
-from graphwright import ids
+from graphwright import ids, tables
 
 
 @functools.cache
@@ -151,18 +151,4 @@ class Chunker:
             for row in chunk_text(did, text, self.size, self.overlap, self.min_tokens):
                 row["doc_hash"] = dhash
                 rows.append(row)
-        return pa.Table.from_pylist(rows, schema=CHUNK_BATCH_SCHEMA)
-
-
-CHUNK_BATCH_SCHEMA = pa.schema(
-    [
-        ("chunk_id", pa.string()),
-        ("doc_id", pa.string()),
-        ("chunk_index", pa.int32()),
-        ("text", pa.string()),
-        ("n_tokens", pa.int32()),
-        ("start_char", pa.int64()),
-        ("end_char", pa.int64()),
-        ("doc_hash", pa.string()),
-    ]
-)
+        return pa.Table.from_pylist(rows, schema=tables.schema("chunks").arrow)

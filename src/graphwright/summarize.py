@@ -5,8 +5,9 @@ run, however many documents changed."""
 
 from __future__ import annotations
 
-from graphwright.llm import LLMRequest, LLMResponse, make_llm
-from graphwright.store import IndexStore, sql_list
+from graphwright.llm import LLMRequest, make_llm
+from graphwright.llm.cache import complete_through_cache
+from graphwright.store import IndexStore
 
 PROMPT_VERSION = "summarize-v1"
 
@@ -34,20 +35,8 @@ def summarize(store: IndexStore, overflow: dict, max_chars: int, config) -> tupl
     """{(table, id): summary} and one call record per request (cache hits included)."""
     items = sorted(overflow.items())
     requests = [summary_request(name, descs, max_chars, config) for _, (name, descs) in items]
-    keys = [r.cache_key(config.model) for r in requests]
-    cached = {}
-    if keys and store.exists("llm_cache"):
-        for o in range(0, len(keys), 1000):
-            rows = store.read("llm_cache", columns=["key", "response", "prompt_tokens", "completion_tokens"],
-                              where=f"key IN {sql_list(keys[o:o + 1000])}")
-            cached.update({r["key"]: r for r in rows.to_pylist()})
-    misses = [i for i, k in enumerate(keys) if k not in cached]
-    fresh = dict(zip(misses, make_llm(config).complete([requests[i] for i in misses]) if misses else []))
     summaries, calls = {}, []
-    for i, ((row_key, _), key) in enumerate(zip(items, keys)):
-        hit = key in cached
-        resp = (LLMResponse(text=cached[key]["response"], prompt_tokens=cached[key]["prompt_tokens"],
-                            completion_tokens=cached[key]["completion_tokens"], attempts=0) if hit else fresh[i])
+    for (row_key, _), (key, resp, hit) in zip(items, complete_through_cache(store, lambda: make_llm(config), requests, config.model)):
         if resp.ok:
             summaries[row_key] = " ".join(resp.text.split())[:max_chars]
         calls.append({"key": key, "chunk_id": row_key[1], "prompt_version": PROMPT_VERSION, "response": resp.text,

@@ -11,8 +11,9 @@ from graphwright.config import ExtractConfig, LLMConfig
 from graphwright.extract import EXTRACTION_BATCH_SCHEMA, extractor_key
 from graphwright.extract.parse import ParseError, parse_extraction
 from graphwright.extract.prompts import GLEANING_PROMPT, PROMPT_VERSION, EXTRACTION_SCHEMA, system_prompt
-from graphwright.llm import LLMRequest, LLMResponse, make_llm
-from graphwright.store import IndexStore, sql_list
+from graphwright.llm import LLMRequest, make_llm
+from graphwright.llm.cache import complete_through_cache
+from graphwright.store import IndexStore
 
 
 def extraction_request(system: str, history: tuple[tuple[str, str], ...], config: LLMConfig) -> LLMRequest:
@@ -49,29 +50,6 @@ class LLMExtractor:
         self.store = IndexStore(index_root)
         self.system = system_prompt(config.entity_types)
 
-    def _cached(self, keys: list[str]) -> dict[str, dict]:
-        if not keys or not self.store.exists("llm_cache"):
-            return {}
-        rows = self.store.read("llm_cache", columns=["key", "response", "prompt_tokens", "completion_tokens"],
-                               where=f"key IN {sql_list(keys)}")
-        return {r["key"]: r for r in rows.to_pylist()}
-
-    def _answer(self, requests: list[LLMRequest]) -> list[tuple[str, LLMResponse, bool]]:
-        """(key, response, cache_hit) per request: from the cache, else from the engine."""
-        keys = [r.cache_key(self.llm_config.model) for r in requests]
-        cached = self._cached(keys)
-        misses = [i for i, k in enumerate(keys) if k not in cached]
-        fresh = dict(zip(misses, self.engine.complete([requests[i] for i in misses])))
-        out = []
-        for i, key in enumerate(keys):
-            if key in cached:
-                c = cached[key]
-                out.append((key, LLMResponse(text=c["response"], prompt_tokens=c["prompt_tokens"],
-                                             completion_tokens=c["completion_tokens"], attempts=0), True))
-            else:
-                out.append((key, fresh[i], False))
-        return out
-
     def __call__(self, chunks: pa.Table) -> pa.Table:
         ids = list(zip(chunks.column("chunk_id").to_pylist(), chunks.column("doc_id").to_pylist()))
         texts = chunks.column("text").to_pylist()
@@ -82,7 +60,9 @@ class LLMExtractor:
         for round_ in range(1 + self.config.gleanings):
             if not active:
                 break
-            answers = self._answer([extraction_request(self.system, histories[i], self.llm_config) for i in active])
+            answers = complete_through_cache(self.store, lambda: self.engine,
+                                             [extraction_request(self.system, histories[i], self.llm_config) for i in active],
+                                             self.llm_config.model)
             still = []
             for i, (key, resp, hit) in zip(active, answers):
                 res = results[i]
