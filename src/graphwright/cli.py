@@ -33,6 +33,34 @@ def _existing_index(index_dir: Path):
     return IndexStore(index_dir)
 
 
+def _print_table(title: str, columns: tuple[str, ...], rows) -> None:
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    out.print(t)
+
+
+def _version_rows(store) -> list[dict]:
+    """Published versions, each with the command whose run published it."""
+    from graphwright.publish import manifests
+
+    runs = store.read("runs", columns=["run_id", "command"])
+    commands = dict(zip(runs.column("run_id").to_pylist(), runs.column("command").to_pylist()))
+    return [
+        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
+         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
+        for m in manifests(store)
+    ]
+
+
+def _print_versions(title: str, rows: list[dict]) -> None:
+    _print_table(title, ("version", "published", "by", "docs", "chunks", "entities", "communities", "reports"), (
+        (m["version"], m["published_at"][:19], m["command"], *(m["counts"].get(k) for k in ("documents", "chunks", "entities", "communities", "community_reports")))
+        for m in rows))
+
+
 @app.command()
 def index(
     sources: Annotated[list[str], typer.Argument(help="Folders or files: .txt/.md, .jsonl, .parquet.")],
@@ -101,25 +129,11 @@ def delete(
 @app.command()
 def versions(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     """List the published versions."""
-    from graphwright.publish import manifests
-
-    store = _existing_index(index_dir)
-    commands = dict(zip(*(store.read("runs", columns=["run_id", "command"]).column(c).to_pylist() for c in ("run_id", "command"))))
-    rows = [
-        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
-         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
-        for m in manifests(store)
-    ]
+    rows = _version_rows(_existing_index(index_dir))
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    t = Table(title=f"published versions — {index_dir}", title_justify="left")
-    for col in ("version", "published", "by", "docs", "chunks", "entities", "communities", "reports"):
-        t.add_column(col)
-    for m in rows:
-        c = m["counts"]
-        t.add_row(str(m["version"]), m["published_at"][:19], m["command"], *(str(c.get(k)) for k in ("documents", "chunks", "entities", "communities", "community_reports")))
-    out.print(t)
+    _print_versions(f"published versions — {index_dir}", rows)
 
 
 @app.command()
@@ -279,47 +293,28 @@ def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Ne
     if as_json:
         typer.echo(json.dumps(report))
         return
-    t = Table(title=f"runs — {index_dir}", title_justify="left")
-    for col in ("started", "command", "status", "s", "documents +/~/-", "extracted", "version", "error"):
-        t.add_column(col)
-    for r in report:
-        d = r["documents"] or {}
-        t.add_row(r["started_at"][:19], r["command"], r["status"], f"{r['seconds']:.1f}" if r["seconds"] is not None else "",
-                  f"{d.get('new', '')}/{d.get('changed', '')}/{d.get('deleted', '')}" if d else "",
-                  str(r["chunks_extracted"] if r["chunks_extracted"] is not None else ""),
-                  f"{r['version']}" + (" (new)" if r["new_version"] else "") if r["version"] else "",
-                  (r["error"] or "")[:60])
-    out.print(t)
+    _print_table(f"runs — {index_dir}", ("started", "command", "status", "s", "documents +/~/-", "extracted", "version", "error"), (
+        (r["started_at"][:19], r["command"], r["status"], None if r["seconds"] is None else f"{r['seconds']:.1f}",
+         f"{r['documents']['new']}/{r['documents']['changed']}/{r['documents']['deleted']}" if r["documents"] else None,
+         r["chunks_extracted"], f"{r['version']}" + (" (new)" if r["new_version"] else "") if r["version"] else None,
+         (r["error"] or "")[:60])
+        for r in report))
 
 
 @app.command()
 def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     """Row counts per table and the published versions."""
     from graphwright import tables
-    from graphwright.publish import manifests
 
     store = _existing_index(index_dir)
     rows = {name: {"rows": store.count(name), "delta_version": store.version(name)} for name in tables.all_schemas() if store.exists(name)}
-    versions = [
-        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"], "counts": m["counts"]}
-        for m in manifests(store)
-    ]
+    versions = _version_rows(store)
     if as_json:
         typer.echo(json.dumps({"index": str(index_dir), "tables": rows, "versions": versions}))
         return
-    t = Table(title=f"tables — {index_dir}", title_justify="left")
-    for col in ("table", "rows", "delta version"):
-        t.add_column(col, justify="right" if col != "table" else "left")
-    for name, r in rows.items():
-        t.add_row(name, str(r["rows"]), str(r["delta_version"]))
-    out.print(t)
-    v = Table(title="published versions", title_justify="left")
-    for col in ("version", "published at", "run", "documents", "entities", "communities"):
-        v.add_column(col)
-    for m in versions:
-        c = m["counts"]
-        v.add_row(str(m["version"]), m["published_at"][:19], m["run_id"], str(c.get("documents")), str(c.get("entities")), str(c.get("communities")))
-    out.print(v)
+    _print_table(f"tables — {index_dir}", ("table", "rows", "delta version"),
+                 ((name, r["rows"], r["delta_version"]) for name, r in rows.items()))
+    _print_versions("published versions", versions)
 
 
 def main() -> None:  # pragma: no cover
