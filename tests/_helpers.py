@@ -83,3 +83,18 @@ def data_table_versions(store) -> dict[str, int | None]:
 def diff_counts(diff: dict) -> dict:
     """The new/changed/unchanged/deleted counts of a documents diff (ignoring any finer counts)."""
     return {k: diff[k] for k in ("new", "changed", "unchanged", "deleted")}
+
+
+def make_extraction_fail(monkeypatch, marker: str, message: str) -> None:
+    """Make the nlp extractor raise RuntimeError(message) on chunks containing `marker`
+    (monkeypatch.undo() or the end of the test restores it)."""
+    import graphwright.extract.nlp as nlp
+
+    real = nlp.extract_chunk
+
+    def flaky(text, config):
+        if marker in text:
+            raise RuntimeError(message)
+        return real(text, config)
+
+    monkeypatch.setattr(nlp, "extract_chunk", flaky)

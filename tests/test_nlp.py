@@ -4,7 +4,7 @@ import pytest
 from graphwright.config import ExtractConfig
 from graphwright.extract import EXTRACTION_BATCH_SCHEMA, extractor_key, extractor_stage
 from graphwright.extract.nlp import RULES_VERSION, NlpExtractor, extract_chunk, find_names, split_sentences
-from _helpers import CORPUS
+from _helpers import CORPUS, make_extraction_fail
 
 CFG = ExtractConfig()
 
@@ -129,16 +129,7 @@ def test_nlp_extractor_batch_function():
 
 
 def test_nlp_extractor_records_failures_per_chunk(monkeypatch):
-    import graphwright.extract.nlp as nlp
-
-    real = nlp.extract_chunk
-
-    def flaky(text, config):
-        if "boom" in text:
-            raise RuntimeError("boom")
-        return real(text, config)
-
-    monkeypatch.setattr(nlp, "extract_chunk", flaky)
+    make_extraction_fail(monkeypatch, "boom", "boom")
     out = NlpExtractor(CFG)(pa.table({"chunk_id": ["c1", "c2"], "doc_id": ["d", "d"],
                                       "text": ["Mara Voss sailed.", "boom goes Mara Voss"]})).to_pylist()
     assert [r["status"] for r in out] == ["ok", "failed"]

@@ -8,7 +8,7 @@ import pytest
 from graphwright import pipeline as P
 from graphwright import tables
 from graphwright.store import IndexStore
-from _helpers import CORPUS, make_config, run, sorted_rows
+from _helpers import CORPUS, make_config, make_extraction_fail, run, sorted_rows
 
 # small batches and a commit per batch, so the extract stage commits many times
 SMALL = dict(extract={"batch_size": 2}, execution={"commit_every": 2})
@@ -92,16 +92,7 @@ def test_crash_inside_a_commit_before_the_markers_then_resume(indexed, corpus, t
 
 
 def test_failed_chunks_are_retried_on_the_next_run(indexed, corpus, tmp_path, monkeypatch):
-    import graphwright.extract.nlp as nlp
-
-    real = nlp.extract_chunk
-
-    def flaky(text, config):
-        if "Hollis Wren" in text:
-            raise RuntimeError("extractor fell over")
-        return real(text, config)
-
-    monkeypatch.setattr(nlp, "extract_chunk", flaky)
+    make_extraction_fail(monkeypatch, "Hollis Wren", "extractor fell over")
     index = tmp_path / "index"
     # above the failure threshold the run fails and publishes nothing, but keeps what it extracted
     with pytest.raises(P.TooManyFailures, match="max_failed_fraction"):
@@ -114,7 +105,7 @@ def test_failed_chunks_are_retried_on_the_next_run(indexed, corpus, tmp_path, mo
     failed = [m for m in store.read("extractions").to_pylist() if m["status"] == "failed"]
     assert first["chunks_failed"] == len(failed) > 0
     assert all(m["error"] == "RuntimeError: extractor fell over" and m["n_mentions"] == 0 for m in failed)
-    monkeypatch.setattr(nlp, "extract_chunk", real)
+    monkeypatch.undo()  # the extractor works again
 
     second = run([corpus], index)
     assert second["chunks_extracted"] == len(failed) and second["chunks_failed"] == 0
