@@ -14,7 +14,7 @@ app = typer.Typer(help="Build, publish and query GraphRAG-style indexes.", no_ar
 out = Console()
 err = Console(stderr=True)
 
-IndexOpt = Annotated[Path, typer.Option("--index", "-i", help="Index directory.")]
+IndexOpt = Annotated[str, typer.Option("--index", "-i", help="Index directory, or an object-store URI (s3://bucket/prefix, gs://..., abfss://...).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
 
@@ -23,14 +23,22 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _existing_index(index_dir: Path):
+# exit status of a command refused because another run holds the index (EX_TEMPFAIL: try later)
+LOCKED_EXIT = 75
+
+
+def _existing_index(index_dir: str):
     from graphwright.store import IndexStore
 
-    if not Path(index_dir).is_dir():
+    store = IndexStore(index_dir)
+    if store.is_remote:
+        if not store.exists("index_manifest"):
+            _fail(f"{index_dir}: not an index (no tables/index_manifest there)")
+    elif not store.root.is_dir():
         _fail(f"{index_dir}: no such directory")
-    if not (Path(index_dir) / "tables").is_dir():
+    elif not (store.root / "tables").is_dir():
         _fail(f"{index_dir}: not an index directory (no tables/)")
-    return IndexStore(index_dir)
+    return store
 
 
 def _print_table(title: str, columns: tuple[str, ...], rows) -> None:
@@ -75,6 +83,7 @@ def index(
 ) -> None:
     """Index SOURCES into an index directory and publish a new version."""
     from graphwright.config import ConfigError, load_config
+    from graphwright.lock import IndexLocked
     from graphwright.pipeline import NothingToIndex, RefusedDeletion, TooManyFailures, run_index
 
     overrides: dict = {}
@@ -94,6 +103,8 @@ def index(
         _fail(f"{exc}. Nothing was changed in {index_dir}.")
     except TooManyFailures as exc:
         _fail(str(exc))
+    except IndexLocked as exc:
+        _fail(str(exc), LOCKED_EXIT)
     except ValueError as exc:  # e.g. an engine chosen without the settings it needs
         _fail(str(exc))
     _emit_summary(summary, as_json)
@@ -114,6 +125,7 @@ def delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete documents and everything that only they supported, then publish a new version."""
+    from graphwright.lock import IndexLocked
     from graphwright.pipeline import run_delete
     from graphwright.publish import NoPublishedVersion
 
@@ -123,6 +135,8 @@ def delete(
         summary = run_delete(index_dir, doc_ids=doc_id, source_globs=source_glob, show_progress=not as_json)
     except NoPublishedVersion as exc:
         _fail(str(exc))
+    except IndexLocked as exc:
+        _fail(str(exc), LOCKED_EXIT)
     _emit_summary(summary, as_json)
 
 
@@ -143,14 +157,18 @@ def rollback(
     as_json: JsonOpt = False,
 ) -> None:
     """Restore the tables to a published version and publish that state as a new version."""
+    from graphwright.lock import IndexLocked, run_lock
     from graphwright.pipeline import new_run_id
     from graphwright.publish import NoPublishedVersion, rollback as do_rollback
-    from graphwright.store import IndexStore
 
+    store, run_id = _existing_index(index_dir), new_run_id()
     try:
-        manifest = do_rollback(IndexStore(index_dir), to, new_run_id())
+        with run_lock(store, run_id, "rollback"):
+            manifest = do_rollback(store, to, run_id)
     except NoPublishedVersion as exc:
         _fail(str(exc))
+    except IndexLocked as exc:
+        _fail(str(exc), LOCKED_EXIT)
     result = {"rolled_back_to": to, "version": manifest["version"], "counts": manifest["counts"]}
     if as_json:
         typer.echo(json.dumps(result))
@@ -167,12 +185,18 @@ def vacuum(
     as_json: JsonOpt = False,
 ) -> None:
     """Retention: drop old published versions and the files only they needed."""
+    from graphwright.lock import IndexLocked, run_lock
+    from graphwright.pipeline import new_run_id
     from graphwright.publish import NoPublishedVersion, retain
 
+    store = _existing_index(index_dir)
     try:
-        result = retain(_existing_index(index_dir), keep, dry_run=dry_run)
+        with run_lock(store, new_run_id(), "vacuum"):
+            result = retain(store, keep, dry_run=dry_run)
     except (NoPublishedVersion, ValueError) as exc:
         _fail(str(exc))
+    except IndexLocked as exc:
+        _fail(str(exc), LOCKED_EXIT)
     if as_json:
         typer.echo(json.dumps(result))
     else:

@@ -164,6 +164,9 @@ class ConfigError(ValueError):
 
 
 ENV_PREFIX = "GRAPHWRIGHT_"
+# read where the index is opened (graphwright.storage, graphwright.lock), not pipeline settings:
+# they would put secrets into the manifest and change nothing about the index's contents
+RUNTIME_SECTIONS = ("storage", "lock")
 
 
 def env_overrides(environ: dict[str, str]) -> dict:
@@ -173,6 +176,8 @@ def env_overrides(environ: dict[str, str]) -> dict:
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
         section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+        if section in RUNTIME_SECTIONS:
+            continue
         out.setdefault(section, {})[key] = yaml.safe_load(value) if value != "" else None
     return out
 

@@ -1,20 +1,23 @@
 """Ingest: read sources into document rows (plain functions), and diff them against the index.
 
 Sources: a folder of .txt/.md files (recursively), single .txt/.md files, JSONL and Parquet files
-with `id` (or `title`) and `text` columns. Each bad input becomes a SourceError naming the file
-and the reason; the rest is indexed.
+with `id` (or `title`) and `text` columns; on an object store (s3://bucket/prefix, gs://, abfss://)
+an object, every object under a prefix, or a glob (s3://bucket/docs/*.md). Each bad input becomes
+a SourceError naming the file and the reason; the rest is indexed.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
-from graphwright import ids
+from graphwright import ids, storage
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
 RECORD_SUFFIXES = {".jsonl", ".ndjson", ".parquet"}
@@ -126,10 +129,58 @@ def _parquet_records(path: Path) -> Iterator[tuple[int, dict]]:
     import pyarrow.parquet as pq
 
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-        for rec in batch.to_pylist():
-            row += 1
-            yield row, rec
+    with path.open("rb") as fh:
+        for batch in pq.ParquetFile(fh).iter_batches(batch_size=4096):
+            for rec in batch.to_pylist():
+                row += 1
+                yield row, rec
+
+
+class ObjectFile:
+    """An object on an object store, with the parts of Path's interface that read_path uses."""
+
+    def __init__(self, store, base: str, key: str):
+        self.store, self.key, self.uri = store, key, f"{base}/{key}"
+        pure = PurePosixPath(key)
+        self.name, self.stem, self.suffix = pure.name, pure.stem, pure.suffix
+
+    def read_bytes(self) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.store, self.key).bytes())
+
+    def open(self, mode: str = "rb") -> io.BytesIO:
+        return io.BytesIO(self.read_bytes())
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+def _object_sources(uri: str) -> list[tuple[ObjectFile, str]]:
+    """(file, source key) for an object URI, a prefix (keys relative to it) or a glob (keys
+    relative to the folder before the first wildcard; `*` also matches across `/`)."""
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    scheme, _, rest = uri.partition("://")
+    bucket, _, path = rest.partition("/")
+    base = f"{scheme}://{bucket}"
+    store = storage.open_store(base, storage.storage_options())
+    wildcards = [i for i in (path.find(c) for c in "*?[") if i >= 0]
+    if wildcards:
+        folder = path[: path.rfind("/", 0, min(wildcards)) + 1]
+    else:
+        if path and not path.endswith("/"):
+            try:
+                obstore.head(store, path)
+                return [(ObjectFile(store, base, path), PurePosixPath(path).name)]
+            except (NotFoundError, FileNotFoundError):
+                pass
+        folder = path.rstrip("/") + "/" if path else ""
+    listed = [meta["path"] for batch in obstore.list(store, folder.rstrip("/") or None) for meta in batch]
+    keys = [k for k in listed if fnmatch.fnmatchcase(k, path)] if wildcards else listed
+    keys = [k for k in sorted(keys) if not any(part.startswith(".") for part in k[len(folder):].split("/"))]
+    return [(ObjectFile(store, base, k), k[len(folder):]) for k in keys]
 
 
 def read_path(path: Path, source_key: str, errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
@@ -160,8 +211,13 @@ def read_sources(sources: list[str | Path]) -> SourceBatch:
     errors: list[SourceError] = []
     failed: set[str] = set()
     for source in sources:
-        root = Path(source)
-        if root.is_dir():
+        if storage.is_uri(str(source)):
+            keyed = _object_sources(str(source))
+            if not keyed:
+                errors.append(SourceError(str(source), "no such object, prefix or matching objects"))
+                failed.add(str(source))
+                continue
+        elif (root := Path(source)).is_dir():
             files = sorted(
                 p for p in root.rglob("*")
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)

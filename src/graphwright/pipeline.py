@@ -27,11 +27,12 @@ from graphwright.embed import EmbedBatch, model_name
 from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
 from graphwright.ingest import diff_documents, documents_table, read_sources
+from graphwright.lock import run_lock
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import build_reports
 from graphwright.resolve import resolve
 from graphwright.store import IndexStore, sql_list
-from graphwright.vectors import build_index, save_index
+from graphwright.vectors import build_index, save_to
 
 ENTITY_TEXT_CHARS = 600
 STAGES = ("ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish")
@@ -512,11 +513,10 @@ def _write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineC
     digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold,
                            *table.column("text_hash").to_pylist(), *item_ids, length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
-    path = store.root / relative
-    if not path.exists():
+    if not store.files.exists(relative):
         flat = pc.list_flatten(table.column("vector")).to_numpy(zero_copy_only=False)
         vectors = flat.reshape(len(item_ids), -1) if item_ids else np.zeros((0, 1), np.float32)
-        save_index(build_index(item_ids, vectors, cfg.vectors), path)
+        save_to(store.files, relative, build_index(item_ids, vectors, cfg.vectors))
     return relative
 
 
@@ -571,10 +571,16 @@ def run_delete(
 
 
 def _run_pipeline(command: str, index_dir, config: PipelineConfig, first_stage, show_progress: bool, log) -> dict:
+    """Run under the index's run lock: a second run at the same time refuses (IndexLocked)."""
     store = IndexStore(index_dir)
-    store.root.mkdir(parents=True, exist_ok=True)
+    run_id = new_run_id()
+    with run_lock(store, run_id, command) as lock:
+        return _run_locked(store, run_id, lock, command, config, first_stage, show_progress, log)
+
+
+def _run_locked(store: IndexStore, run_id: str, lock, command: str, config: PipelineConfig, first_stage, show_progress: bool, log) -> dict:
     log = log or (lambda msg: stderr_console.print(msg, highlight=False))
-    run = Run(store, config, new_run_id(), StageProgress(show_progress), log)
+    run = Run(store, config, run_id, StageProgress(show_progress), log)
     started = _now()
     store.upsert("runs", pa.Table.from_pylist([_run_row(run, command, started, None, "running", {}, None)]))
     summary: dict = {"run_id": run.run_id, "command": command, "index": str(store.root)}
@@ -593,6 +599,7 @@ def _run_pipeline(command: str, index_dir, config: PipelineConfig, first_stage, 
         finally:
             if run.executor is not None:
                 run.executor.close()
+        lock.check()  # a run whose lease was taken over must not publish
         manifest = stage_publish(run, embed["vector_indexes"])
         counts = manifest["counts"]
         summary.update(

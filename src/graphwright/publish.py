@@ -12,6 +12,7 @@ import pyarrow as pa
 from graphwright.config import PipelineConfig
 from graphwright.embed import model_name
 from graphwright.store import IndexStore
+from graphwright.vectors import ids_path
 
 DATA_TABLES = (
     "documents", "chunks", "extractions", "mentions", "assertions", "entities", "entity_aliases",
@@ -83,9 +84,9 @@ class PublishedIndex:
         return self.store.read(name, version=self.manifest["table_versions"][name], **kwargs)
 
     def vector_index(self, kind: str):
-        from graphwright.vectors import load_index
+        from graphwright.vectors import load_from
 
-        return load_index(self.store.root / self.manifest["vector_indexes"][kind])
+        return load_from(self.store.files, self.manifest["vector_indexes"][kind])
 
 
 def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
@@ -118,13 +119,12 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
         if store.exists(name):
             removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False))
     used = {f for r in kept for f in r["vector_indexes"].values()}
-    for path in sorted((store.root / "vectors").glob("*.faiss")):
-        relative = path.relative_to(store.root).as_posix()
+    for relative in (p for p in store.files.list("vectors") if p.endswith(".faiss")):
         if relative not in used:
             removed += 2
             if not dry_run:
-                path.unlink()
-                path.with_suffix(".ids.parquet").unlink(missing_ok=True)
+                store.files.delete(relative)
+                store.files.delete(ids_path(relative))
     if not dry_run:
         store.delete("index_manifest", f"version < {kept[0]['version']}")
     return {"kept": [r["version"] for r in kept], "dropped": [r["version"] for r in dropped], "files_removed": removed}

@@ -15,7 +15,7 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from graphwright import tables
+from graphwright import storage, tables
 
 
 def sql_list(values) -> str:
@@ -41,14 +41,21 @@ def row_diff(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> dict[str, in
 
 
 class IndexStore:
-    """The Delta tables of one index, under `root/tables/<name>`."""
+    """The Delta tables of one index, under `root/tables/<name>`; `root` is a local directory
+    (a Path) or an object-store URI (a str). Storage options default to the environment's
+    (see graphwright.storage); `files` holds the index's other files (vector indexes, the lease)."""
 
     def __init__(self, root: str | Path, storage_options: dict[str, str] | None = None):
-        self.root = Path(root)
-        self.storage_options = storage_options
+        self.root = str(root).rstrip("/") if storage.is_uri(str(root)) else Path(str(root).removeprefix("file://"))
+        self.storage_options = (storage.storage_options() if storage_options is None else storage_options) or None
+        self.files = storage.IndexFiles(self.root, self.storage_options)
+
+    @property
+    def is_remote(self) -> bool:
+        return isinstance(self.root, str)
 
     def path(self, name: str) -> str:
-        return str(self.root / "tables" / name)
+        return storage.join(self.root, "tables", name)
 
     def _table(self, name: str, version: int | None = None) -> DeltaTable | None:
         try:

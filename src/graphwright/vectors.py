@@ -44,17 +44,45 @@ def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig) -> Ve
 
 
 def save_index(vi: VectorIndex, path: Path) -> None:
-    import faiss
-
+    """Write a local file pair (`path` and its .ids.parquet)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    index_bytes, ids_bytes = to_bytes(vi)
+    path.with_suffix(".ids.parquet").write_bytes(ids_bytes)
     tmp = path.with_suffix(".tmp")
-    faiss.write_index(vi.index, str(tmp))
-    pq.write_table(pa.table({"item_id": vi.ids}), str(path.with_suffix(".ids.parquet")))
+    tmp.write_bytes(index_bytes)
     tmp.replace(path)  # the index file appears last: its presence means both files are complete
 
 
 def load_index(path: Path) -> VectorIndex:
+    return from_bytes(path.read_bytes(), path.with_suffix(".ids.parquet").read_bytes())
+
+
+def ids_path(relative: str) -> str:
+    return relative.removesuffix(".faiss") + ".ids.parquet"
+
+
+def save_to(files, relative: str, vi: VectorIndex) -> None:
+    """Write into an index's files (local or object store); the index object is put last, so
+    its presence means both are complete."""
+    index_bytes, ids_bytes = to_bytes(vi)
+    files.write_bytes(ids_path(relative), ids_bytes)
+    files.write_bytes(relative, index_bytes)
+
+
+def load_from(files, relative: str) -> VectorIndex:
+    return from_bytes(files.read_bytes(relative), files.read_bytes(ids_path(relative)))
+
+
+def to_bytes(vi: VectorIndex) -> tuple[bytes, bytes]:
     import faiss
 
-    ids = pq.read_table(str(path.with_suffix(".ids.parquet"))).column("item_id").to_pylist()
-    return VectorIndex(ids, faiss.read_index(str(path)))
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"item_id": pa.array(vi.ids, pa.string())}), sink)
+    return faiss.serialize_index(vi.index).tobytes(), sink.getvalue().to_pybytes()
+
+
+def from_bytes(index_bytes: bytes, ids_bytes: bytes) -> VectorIndex:
+    import faiss
+
+    ids = pq.read_table(pa.BufferReader(ids_bytes)).column("item_id").to_pylist()
+    return VectorIndex(ids, faiss.deserialize_index(np.frombuffer(index_bytes, dtype=np.uint8)))

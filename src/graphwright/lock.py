@@ -1,0 +1,196 @@
+"""One run at a time per index: runs that write (index, delete, rollback, vacuum) hold the index's
+run lock; a second one refuses, naming the holder.
+
+A local index locks `<root>/run.lock` with fcntl.flock: the kernel releases it when the holder
+exits, however it dies. An object-store index has no such thing, so the lock is a lease object
+`<root>/run.lock` holding the holder and an expiry. It is taken with a conditional put (create if
+absent, or replace the exact version read if that lease has expired or was released), so two
+takers cannot both win; the holder renews it every lease/3 seconds from a background thread; a
+holder that dies stops renewing and the next run takes the lease over once it has expired.
+Expiry compares the writer's clock with the reader's: keep the lease well above clock skew.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from datetime import UTC, datetime, timedelta
+
+LOCK_FILE = "run.lock"
+LEASE_ENV = "GRAPHWRIGHT_LOCK__LEASE_S"
+DEFAULT_LEASE_S = 120.0
+
+
+class IndexLocked(RuntimeError):
+    """Another run holds the index."""
+
+
+class LockLost(RuntimeError):
+    """This run's lease expired and another run took the index over."""
+
+
+def lease_seconds() -> float:
+    return float(os.environ.get(LEASE_ENV) or DEFAULT_LEASE_S)
+
+
+def _holder(run_id: str, command: str) -> dict:
+    return {"run_id": run_id, "command": command, "host": socket.gethostname(), "pid": os.getpid(),
+            "since": datetime.now(UTC).isoformat(timespec="seconds")}
+
+
+def describe(location, holder: dict | None) -> str:
+    if not holder:
+        return f"{location} is locked by another run (holder unknown)"
+    expires = f", lease expires {holder['expires_at']}" if holder.get("expires_at") else ""
+    return (f"{location} is locked by run {holder.get('run_id')} ({holder.get('command')}) on host "
+            f"{holder.get('host')}, pid {holder.get('pid')}, since {holder.get('since')}{expires}; "
+            "try again when it has finished")
+
+
+class FileLock:
+    """flock on a local file; the holder is written into it for the refusal message."""
+
+    def __init__(self, root, run_id: str, command: str):
+        self.path = os.path.join(root, LOCK_FILE)
+        self.root, self.run_id, self.command = root, run_id, command
+        self.fd: int | None = None
+
+    def acquire(self) -> FileLock:
+        import fcntl
+
+        os.makedirs(self.root, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with os.fdopen(fd, "rb") as fh:
+                raw = fh.read()
+            raise IndexLocked(describe(self.root, _parse(raw))) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(_holder(self.run_id, self.command)).encode(), 0)
+        self.fd = fd
+        return self
+
+    def check(self) -> None:
+        pass  # the kernel holds a flock until release or death
+
+    def release(self) -> None:
+        if self.fd is not None:
+            import fcntl
+
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+class LeaseLock:
+    """A lease object on an object store, taken and renewed with conditional puts."""
+
+    def __init__(self, files, location, run_id: str, command: str, lease_s: float):
+        self.files, self.location = files, location
+        self.run_id, self.command, self.lease_s = run_id, command, lease_s
+        self.etag: str | None = None
+        self.lost: str | None = None
+        self.renew_error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._record = _holder(run_id, command)
+
+    def _body(self, released: bool = False) -> bytes:
+        expires = datetime.now(UTC) + timedelta(seconds=0 if released else self.lease_s)
+        return json.dumps({**self._record, "expires_at": expires.isoformat(timespec="seconds"),
+                           "released": released}).encode()
+
+    def acquire(self) -> LeaseLock:
+        import obstore
+        from obstore.exceptions import (
+            AlreadyExistsError,
+            NotFoundError,
+            PreconditionError,
+        )
+
+        store = self.files.store
+        try:
+            self.etag = obstore.put(store, LOCK_FILE, self._body(), mode="create")["e_tag"]
+        except AlreadyExistsError:
+            try:
+                current = obstore.get(store, LOCK_FILE)
+            except NotFoundError:  # released and removed in between: let the caller retry
+                raise IndexLocked(describe(self.location, None)) from None
+            etag, holder = current.meta["e_tag"], _parse(bytes(current.bytes()))
+            if holder and not holder.get("released") and not _expired(holder):
+                raise IndexLocked(describe(self.location, holder)) from None
+            try:
+                self.etag = obstore.put(store, LOCK_FILE, self._body(), mode={"e_tag": etag})["e_tag"]
+            except PreconditionError:  # another run took the free lease first
+                raise IndexLocked(describe(self.location, _parse(bytes(obstore.get(store, LOCK_FILE).bytes())))) from None
+        self._thread = threading.Thread(target=self._renew, name="graphwright-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _renew(self) -> None:
+        import obstore
+        from obstore.exceptions import BaseError, PreconditionError
+
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                self.etag = obstore.put(self.files.store, LOCK_FILE, self._body(), mode={"e_tag": self.etag})["e_tag"]
+            except PreconditionError:
+                self.lost = f"the lease on {self.location} expired and another run took it over"
+                return
+            except BaseError as exc:  # a transient store error: try again at the next beat
+                self.renew_error = f"{type(exc).__name__}: {exc}"
+
+    def check(self) -> None:
+        """Raise LockLost when the lease was taken over (call before publishing)."""
+        if self.lost:
+            raise LockLost(self.lost)
+
+    def release(self) -> None:
+        import obstore
+        from obstore.exceptions import PreconditionError
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.etag and not self.lost:
+            try:
+                obstore.put(self.files.store, LOCK_FILE, self._body(released=True), mode={"e_tag": self.etag})
+            except PreconditionError:
+                pass  # taken over after expiry: it is no longer ours to release
+        self.etag = None
+
+
+def _parse(raw: bytes) -> dict | None:
+    try:
+        holder = json.loads(raw)
+    except ValueError:
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+def _expired(holder: dict) -> bool:
+    try:
+        return datetime.fromisoformat(holder["expires_at"]) <= datetime.now(UTC)
+    except (KeyError, TypeError, ValueError):
+        return True
+
+
+class run_lock:
+    """`with run_lock(store, run_id, command) as lock:` hold the index's run lock."""
+
+    def __init__(self, store, run_id: str, command: str, lease_s: float | None = None):
+        if store.is_remote:
+            self.lock = LeaseLock(store.files, store.root, run_id, command, lease_s or lease_seconds())
+        else:
+            self.lock = FileLock(store.root, run_id, command)
+
+    def __enter__(self):
+        return self.lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+

@@ -1,0 +1,103 @@
+"""Where an index lives: a local directory or an object-store URI (s3://, gs://, abfss://, az://).
+
+The Delta tables go through delta-rs; the other files of an index (vector indexes, the run
+lease) and object-store sources go through obstore. Both are built on the Rust `object_store`
+crate, so they take the same storage options and read the same standard environment variables
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP, ...).
+Options that graphwright should pass explicitly come from GRAPHWRIGHT_STORAGE__<KEY> variables
+(GRAPHWRIGHT_STORAGE__AWS_ENDPOINT_URL=http://... -> aws_endpoint_url). They are read where the
+index is opened and never written into the pipeline configuration or the manifest (they may hold
+secrets).
+
+Concurrent commits on S3: deltalake 1.6.6 writes each Delta log entry with a conditional put
+(If-None-Match), object_store's default `aws_conditional_put=etag`; with it disabled delta-rs
+refuses to write at all. A store without conditional puts cannot hold an index.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+ENV_PREFIX = "GRAPHWRIGHT_STORAGE__"
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_uri(location: str | Path) -> bool:
+    return isinstance(location, str) and bool(_URI.match(location)) and not location.startswith("file://")
+
+
+def storage_options(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Explicit storage options from GRAPHWRIGHT_STORAGE__<KEY> variables (keys lower-cased)."""
+    environ = os.environ if environ is None else environ
+    return {name[len(ENV_PREFIX):].lower(): value for name, value in environ.items() if name.startswith(ENV_PREFIX)}
+
+
+def join(location: str | Path, *parts: str) -> str:
+    """`location/part/...` for a local path or a URI."""
+    if is_uri(location):
+        return "/".join([str(location).rstrip("/"), *parts])
+    return str(Path(location).joinpath(*parts))
+
+
+def open_store(location: str | Path, options: dict[str, str] | None = None, *, create: bool = False):
+    """An obstore store rooted at `location` (paths given to it are relative to it)."""
+    from obstore.store import LocalStore, from_url
+
+    if is_uri(location):
+        return from_url(str(location).rstrip("/"), config=options or None)
+    path = Path(str(location).removeprefix("file://"))
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return LocalStore(prefix=path.resolve())
+
+
+class IndexFiles:
+    """The files of an index beside its Delta tables, addressed by paths relative to the root."""
+
+    def __init__(self, location: str | Path, options: dict[str, str] | None = None):
+        self.location = location
+        self.options = options
+        self._store = None
+
+    @property
+    def store(self):
+        if self._store is None:
+            self._store = open_store(self.location, self.options, create=True)
+        return self._store
+
+    def exists(self, relative: str) -> bool:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            obstore.head(self.store, relative)
+            return True
+        except (NotFoundError, FileNotFoundError):
+            return False
+
+    def read_bytes(self, relative: str) -> bytes:
+        import obstore
+
+        return bytes(obstore.get(self.store, relative).bytes())
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
+        """One atomic put: readers see the whole object or none of it."""
+        import obstore
+
+        obstore.put(self.store, relative, data)
+
+    def list(self, prefix: str) -> list[str]:
+        import obstore
+
+        return sorted(meta["path"] for batch in obstore.list(self.store, prefix) for meta in batch)
+
+    def delete(self, relative: str) -> None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            obstore.delete(self.store, relative)
+        except (NotFoundError, FileNotFoundError):
+            pass
