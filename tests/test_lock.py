@@ -11,8 +11,8 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from graphwright.cli import LOCKED_EXIT, app
-from graphwright.lock import IndexLocked, run_lock
+from graphwright.cli import app
+from graphwright.lock import LOCKED_EXIT, IndexLocked, run_lock
 from graphwright.store import IndexStore
 from _helpers import CONFIG_FILE, CORPUS, make_config
 

@@ -10,10 +10,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from graphwright.lock import LOCK_FILE, IndexLocked, LockLost, run_lock
+from graphwright.lock import LOCK_FILE, LOCKED_EXIT, IndexLocked, LockLost, run_lock
+from graphwright.publish import load_manifest
 from graphwright.store import IndexStore
 from _helpers import CONFIG_FILE, CORPUS, CORPUS_KEYS
 from test_lock import kill_holder, start_holder
@@ -29,13 +31,16 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server with one bucket; the standard AWS_* variables point at it."""
+def s3(tmp_path_factory):
+    """A moto S3 server with one bucket; the standard AWS_* variables point at it. Yields the
+    boto3 client and the server's request log (one line per request, with its status)."""
     import boto3
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path_factory.mktemp("moto") / "requests.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=sink, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -55,7 +60,7 @@ def s3():
         mp.delenv("AWS_PROFILE", raising=False)
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         client.create_bucket(Bucket=BUCKET)
-        yield client
+        yield SimpleNamespace(client=client, log=log)
     server.terminate()
     server.wait(timeout=30)
 
@@ -93,9 +98,9 @@ def test_storage_options_come_from_graphwright_storage_variables_and_stay_out_of
 # ---------------------------------------------------------------- Delta commits on S3
 
 
-def test_delta_commits_on_s3_are_conditional_puts_one_writer_wins_each_version(prefix):
-    """Two writers prepare a commit of the same version: the server refuses the second put
-    (If-None-Match), so the second commit fails instead of overwriting the first."""
+def test_a_stale_delta_writer_on_s3_fails_or_rebases_and_never_overwrites(prefix):
+    """Two writers prepare a commit of the same version: the second one fails (no retries) or
+    rebases onto the first (retries); delta-rs will not write to S3 without conditional puts."""
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, write_deltalake
     from deltalake.exceptions import CommitFailedError
@@ -137,7 +142,9 @@ def _append_rows(uri: str, writer: int, commits: int, barrier, results) -> None:
 
 
 @pytest.mark.slow
-def test_concurrent_delta_writers_on_s3_lose_no_commit(prefix):
+def test_concurrent_delta_writers_on_s3_lose_no_commit(s3, prefix):
+    """Writers racing for the same versions: each version's log entry is written by exactly one
+    PUT; the server refuses the others (If-None-Match -> 412) and their writers retry."""
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
@@ -156,7 +163,12 @@ def test_concurrent_delta_writers_on_s3_lose_no_commit(prefix):
     assert sorted(rows) == sorted(["init"] + [f"{w}-{n}" for w in range(writers) for n in range(commits)])
     assert table.version() == writers * commits  # one version per commit, none overwritten
     assert len(table.history()) == writers * commits + 1
-    print(f"\n{writers} writers x {commits} commits: refused conditional puts per writer {refused}")
+    log_prefix = f"PUT /{uri.removeprefix('s3://')}/_delta_log/"
+    puts = [line for line in s3.log.read_text().splitlines() if log_prefix in line and ".json " in line]
+    won = [line.split(log_prefix)[1].split()[0] for line in puts if '" 200 ' in line]
+    assert sorted(won) == [f"{v:020d}.json" for v in range(writers * commits + 1)]  # one PUT won each version
+    print(f"\n{writers} writers x {commits} commits: {sum(refused.values())} failed commit attempts "
+          f"(per writer {refused}), {sum(1 for line in puts if chr(34) + ' 412 ' in line)} log PUTs refused by the server (412)")
 
 
 # ---------------------------------------------------------------- sources on S3
@@ -165,7 +177,7 @@ def test_concurrent_delta_writers_on_s3_lose_no_commit(prefix):
 def test_sources_read_from_s3_prefix_object_and_glob(s3, prefix):
     from graphwright.ingest import read_sources
 
-    upload(s3, CORPUS, f"{prefix}/corpus")
+    upload(s3.client, CORPUS, f"{prefix}/corpus")
     batch = read_sources([f"{prefix}/corpus"])
     assert {d.source_key for d in batch.documents} == CORPUS_KEYS and not batch.errors
     assert {d.source for d in batch.documents if d.source_key == "harbor.txt"} == {f"{prefix}/corpus/harbor.txt"}
@@ -182,34 +194,40 @@ def test_sources_read_from_s3_prefix_object_and_glob(s3, prefix):
 
 def test_lease_refuses_a_second_run_naming_the_holder_and_release_frees_it(prefix):
     store = IndexStore(prefix)
-    with run_lock(store, "run-a", "index", lease_s=30):
-        with pytest.raises(IndexLocked, match=r"run-a \(index\) on host .*, pid \d+, since .*lease expires"):
-            run_lock(store, "run-b", "index", lease_s=30).__enter__()
+    with run_lock(store, "run-a", "index", lease_s=30), \
+            pytest.raises(IndexLocked, match=r"run-a \(index\) on host .*, pid \d+, since .*lease expires"):
+        run_lock(store, "run-b", "index", lease_s=30).__enter__()
     with run_lock(store, "run-b", "delete", lease_s=30):  # released: taken at once
         pass
     assert json.loads(store.files.read_bytes(LOCK_FILE))["released"] is True
 
 
+def _race(store, name: str, takers: int) -> tuple[list, list]:
+    """`takers` threads try to take the lease at the same moment: (locks won, refusals)."""
+    barrier, won, refused = threading.Barrier(takers), [], []
+
+    def take(i):
+        lock = run_lock(store, f"run-{name}-{i}", "index", lease_s=30)
+        barrier.wait()
+        try:
+            lock.__enter__()
+            won.append(lock)
+        except IndexLocked:
+            refused.append(i)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(takers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return won, refused
+
+
 def test_racing_takers_of_a_lease_exactly_one_wins(prefix):
     store = IndexStore(prefix)
     for round_ in ("absent", "released"):  # create-if-absent, then replace-if-unchanged
-        takers, barrier, won, refused = 6, threading.Barrier(6), [], []
-
-        def take(i):
-            lock = run_lock(store, f"run-{round_}-{i}", "index", lease_s=30)
-            barrier.wait()
-            try:
-                lock.__enter__()
-                won.append(lock)
-            except IndexLocked:
-                refused.append(i)
-
-        threads = [threading.Thread(target=take, args=(i,)) for i in range(takers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(won) == 1 and len(refused) == takers - 1, round_
+        won, refused = _race(store, round_, 6)
+        assert len(won) == 1 and len(refused) == 5, round_
         won[0].__exit__(None, None, None)
 
 
@@ -260,11 +278,11 @@ def invoke(*args):
 @pytest.mark.slow
 def test_index_query_delete_rollback_vacuum_on_s3(s3, prefix):
     """`graphwright ... --index s3://...` end to end, sources on S3 too."""
-    upload(s3, CORPUS, f"{prefix}/corpus")
+    upload(s3.client, CORPUS, f"{prefix}/corpus")
     index = f"{prefix}/index"
     first = invoke("index", f"{prefix}/corpus", "--index", index, "--config", CONFIG_FILE, "--json")
     assert first["version"] == 1 and first["documents"] == len(CORPUS_KEYS) and not first["source_errors"]
-    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix=index.removeprefix(f"s3://{BUCKET}/") + "/vectors/")
+    listed = s3.client.list_objects_v2(Bucket=BUCKET, Prefix=index.removeprefix(f"s3://{BUCKET}/") + "/vectors/")
     assert any(o["Key"].endswith(".faiss") for o in listed.get("Contents", []))
 
     hits = invoke("query", "harbor festival", "--index", index, "--json")
@@ -287,23 +305,36 @@ def test_index_query_delete_rollback_vacuum_on_s3(s3, prefix):
     assert vacuumed["kept"] == [3] and vacuumed["dropped"] == [1, 2]
     assert [v["version"] for v in invoke("versions", "--index", index, "--json")] == [3]
     assert invoke("query", "harbor", "--index", index, "--json")["evidence"]
+    store = IndexStore(index)
+    kept = set(load_manifest(store)["vector_indexes"].values())
+    assert {p for p in store.files.list("vectors") if p.endswith(".faiss")} == kept  # the others went
+
+
+def test_commands_on_a_missing_s3_index_say_so(prefix):
+    from typer.testing import CliRunner
+
+    from graphwright.cli import app
+
+    result = CliRunner().invoke(app, ["versions", "--index", f"{prefix}/none"])
+    assert result.exit_code == 1 and "not an index" in result.output
 
 
 @pytest.mark.slow
 def test_nightly_job_with_the_index_on_s3(s3, prefix, tmp_path):
-    """jobs/index_job.py, unchanged, with --index s3://...: a second run while one holds the
-    index refuses; after it, the job publishes."""
+    """jobs/index_job.py with --index s3://...: while another run holds the index the job
+    refuses (exit 75); once that holder has been SIGKILLed and its lease has run out, it publishes."""
     index = f"{prefix}/index"
     job = [sys.executable, str(Path(__file__).parents[1] / "jobs" / "index_job.py"), str(CORPUS),
            "--index", index, "--config", str(CONFIG_FILE)]
-    holder = start_holder(index, lease_s=30)
+    holder = start_holder(index, lease_s=3)
     try:
-        refused = subprocess.run(job, capture_output=True, text=True, timeout=300)
+        refused = subprocess.run(job, capture_output=True, text=True, timeout=300, check=False)
     finally:
         kill_holder(holder)
-    assert refused.returncode != 0 and "locked by run run-holder" in refused.stderr
-    IndexStore(index).files.delete(LOCK_FILE)  # the killed holder's lease, rather than waiting 30 s
-    done = subprocess.run(job, capture_output=True, text=True, timeout=600)
+    assert refused.returncode == LOCKED_EXIT, refused.stderr[-2000:]
+    assert f"locked by run run-holder (index) on host {socket.gethostname()}, pid {holder.pid}" in refused.stderr
+    time.sleep(3.5)  # the killed holder's lease runs out
+    done = subprocess.run(job, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["index"] == index and summary["version"] == 1 and summary["documents"] == len(CORPUS_KEYS)

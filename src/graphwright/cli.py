@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from graphwright.lock import LOCKED_EXIT
+
 app = typer.Typer(help="Build, publish and query GraphRAG-style indexes.", no_args_is_help=True, add_completion=False)
 out = Console()
 err = Console(stderr=True)
@@ -21,10 +23,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 def _fail(message: str, code: int = 1) -> None:
     err.print(f"[red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
-
-
-# exit status of a command refused because another run holds the index (EX_TEMPFAIL: try later)
-LOCKED_EXIT = 75
 
 
 def _existing_index(index_dir: str):

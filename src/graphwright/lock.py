@@ -21,6 +21,8 @@ from datetime import UTC, datetime, timedelta
 LOCK_FILE = "run.lock"
 LEASE_ENV = "GRAPHWRIGHT_LOCK__LEASE_S"
 DEFAULT_LEASE_S = 120.0
+# exit status of a command refused because another run holds the index (EX_TEMPFAIL: try later)
+LOCKED_EXIT = 75
 
 
 class IndexLocked(RuntimeError):
