@@ -187,6 +187,9 @@ def test_sources_read_from_s3_prefix_object_and_glob(s3, prefix):
     assert {d.source_key for d in globbed.documents} == {"harbor.txt", "council.txt", "notes/river.txt"}
     missing = read_sources([f"{prefix}/nothing-here/"])
     assert not missing.documents and missing.errors[0].reason.startswith("no such object")
+    no_bucket = read_sources(["s3://no-such-bucket-here/docs/"])
+    assert not no_bucket.documents and no_bucket.errors[0].reason.startswith("cannot list")
+    assert no_bucket.failed_sources == {"s3://no-such-bucket-here/docs/"}
 
 
 # ---------------------------------------------------------------- the run lease on S3

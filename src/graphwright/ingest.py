@@ -146,8 +146,12 @@ class ObjectFile:
 
     def read_bytes(self) -> bytes:
         import obstore
+        from obstore.exceptions import BaseError
 
-        return bytes(obstore.get(self.store, self.key).bytes())
+        try:
+            return bytes(obstore.get(self.store, self.key).bytes())
+        except BaseError as exc:  # read_path records OSErrors against the file
+            raise OSError(f"cannot read {self.uri}: {str(exc).splitlines()[0]}") from exc
 
     def open(self, mode: str = "rb") -> io.BytesIO:
         return io.BytesIO(self.read_bytes())
@@ -212,9 +216,16 @@ def read_sources(sources: list[str | Path]) -> SourceBatch:
     failed: set[str] = set()
     for source in sources:
         if storage.is_uri(str(source)):
-            keyed = _object_sources(str(source))
+            from obstore.exceptions import BaseError
+
+            try:
+                keyed = _object_sources(str(source))
+            except BaseError as exc:  # unreachable store, missing bucket, no permission
+                keyed, reason = [], f"cannot list: {str(exc).splitlines()[0]}"
+            else:
+                reason = "no such object, prefix or matching objects"
             if not keyed:
-                errors.append(SourceError(str(source), "no such object, prefix or matching objects"))
+                errors.append(SourceError(str(source), reason))
                 failed.add(str(source))
                 continue
         elif (root := Path(source)).is_dir():

@@ -107,6 +107,13 @@ class LeaseLock:
                            "released": released}).encode()
 
     def acquire(self) -> LeaseLock:
+        self.etag = self._take()
+        self._thread = threading.Thread(target=self._renew, name="graphwright-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _take(self) -> str:
+        """Create the lease, or replace exactly the version read when it is free; the etag."""
         import obstore
         from obstore.exceptions import (
             AlreadyExistsError,
@@ -115,23 +122,23 @@ class LeaseLock:
         )
 
         store = self.files.store
-        try:
-            self.etag = obstore.put(store, LOCK_FILE, self._body(), mode="create")["e_tag"]
-        except AlreadyExistsError:
+        for _ in range(3):  # the lease object may be deleted by hand between two calls
+            try:
+                return obstore.put(store, LOCK_FILE, self._body(), mode="create")["e_tag"]
+            except AlreadyExistsError:
+                pass
             try:
                 current = obstore.get(store, LOCK_FILE)
-            except NotFoundError:  # released and removed in between: let the caller retry
-                raise IndexLocked(describe(self.location, None)) from None
-            etag, holder = current.meta["e_tag"], _parse(bytes(current.bytes()))
+            except NotFoundError:
+                continue
+            holder = _parse(bytes(current.bytes()))
             if holder and not holder.get("released") and not _expired(holder):
-                raise IndexLocked(describe(self.location, holder)) from None
+                raise IndexLocked(describe(self.location, holder))
             try:
-                self.etag = obstore.put(store, LOCK_FILE, self._body(), mode={"e_tag": etag})["e_tag"]
+                return obstore.put(store, LOCK_FILE, self._body(), mode={"e_tag": current.meta["e_tag"]})["e_tag"]
             except PreconditionError:  # another run took the free lease first
                 raise IndexLocked(describe(self.location, _parse(bytes(obstore.get(store, LOCK_FILE).bytes())))) from None
-        self._thread = threading.Thread(target=self._renew, name="graphwright-lease", daemon=True)
-        self._thread.start()
-        return self
+        raise IndexLocked(describe(self.location, None))
 
     def _renew(self) -> None:
         import obstore
