@@ -317,6 +317,50 @@ def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     _print_versions("published versions", versions)
 
 
+def _money(value: float) -> str:
+    return f"{value:.2g}" if value < 0.01 else f"{value:,.2f}"
+
+
+@app.command()
+def cost(
+    index_dir: IndexOpt,
+    last: Annotated[int, typer.Option(min=1, help="Runs in the history table.")] = 20,
+    prices: Annotated[Path | None, typer.Option(help="Re-price every run with the cost section of this config file.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a chart of cost per run by stage (.png or .svg).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What each run cost, by stage, and what a full rebuild would have cost instead."""
+    from graphwright.config import load_config
+    from graphwright.costs import by_stage, cost_history, index_prices
+
+    store = _existing_index(index_dir)
+    price_table = load_config(prices).cost if prices else None
+    cur = (price_table or index_prices(store)).currency
+    history = cost_history(store, price_table)
+    if not history:
+        _fail(f"{index_dir}: no runs recorded yet")
+    if plot:
+        from graphwright.cost_plot import plot_history
+
+        plot_history(history[-last:], plot, cur)
+    if as_json:
+        typer.echo(json.dumps({"index": str(index_dir), "currency": cur, "runs": history, "by_stage": by_stage(history)}, default=str))
+        return
+    latest = history[-1]
+    _print_table(f"latest run {latest['run_id']} ({latest['command']}, {latest['status']})",
+                 ("stage", "wall s", "cpu s", "gpu s", "llm calls (cached)", "tokens", "MB", cur, f"full {cur}"),
+                 ((s["stage"], f"{s['wall_s']:.2f}", f"{s['cpu_s'] + s['worker_cpu_s']:.2f}", f"{s['gpu_s']:.0f}",
+                   f"{s['llm_calls']} ({s['cache_hits']})", s["prompt_tokens"] + s["completion_tokens"], f"{s['bytes_written'] / 1e6:.2f}",
+                   _money(s["cost"]), _money(s["full_rebuild_cost"])) for s in latest["stages"]))
+    _print_table("history (full: estimated cost of rebuilding everything)", ("started", "command", "status", "wall s", "tokens", cur, f"full {cur}", "saved", "version"), (
+        (str(r["started_at"])[:16], r["command"], r["status"], f"{r['wall_s']:.1f}", r["tokens"], _money(r["cost"]),
+         _money(r["full_rebuild_cost"]), f"{r['saved_cost'] / r['full_rebuild_cost']:.0%}" if r["full_rebuild_cost"] else "-",
+         f"{r['version']}" + ("*" if r["new_version"] else "") if r["version"] else None)
+        for r in history[-last:]))
+    if plot:
+        typer.echo(f"plot: {plot}")
+
+
 def main() -> None:  # pragma: no cover
     app()
 
