@@ -317,6 +317,28 @@ def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     _print_versions("published versions", versions)
 
 
+@app.command()
+def plan(
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Pipeline config (YAML); default: the embedded defaults.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the resolved plan (stages, engines, where they run, resources) without running it."""
+    from graphwright.config import ConfigError, load_config
+    from graphwright.plan import describe, executor_line
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    rows = describe(cfg)
+    if as_json:
+        typer.echo(json.dumps({"executor": executor_line(cfg), "config_hash": cfg.config_hash(), "stages": rows}))
+        return
+    _print_table(f"plan — {config or 'embedded defaults'} (config {cfg.config_hash()})", ("stage", "engine", "runs on", "resources"),
+                 ((r["stage"], r["engine"], r["runs_on"], r["resources"]) for r in rows))
+    out.print(executor_line(cfg))
+
+
 def _money(value: float) -> str:
     return f"{value:.2g}" if value < 0.01 else f"{value:,.2f}"
 
