@@ -101,6 +101,7 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
 
 async def load_test(args, base: str, index: str, key: str, server: subprocess.Popen) -> dict:
     auth = {"Authorization": f"Bearer {key}"}
+    load_before = os.getloadavg()[0]  # the machine may be shared: the figures depend on it
     timeout = aiohttp.ClientTimeout(total=args.request_timeout)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=args.concurrency)) as session:
         health = await wait_healthy(session, base, server, args.startup_timeout)
@@ -131,7 +132,8 @@ async def load_test(args, base: str, index: str, key: str, server: subprocess.Po
         "latency": percentiles(ok) if ok else None, "latency_by_mode": per_mode,
         "without_key": {"sent": len(no_key), "401": sum(s == 401 for s, _ in no_key)},
         "wrong_key": {"sent": len(wrong_key), "401": sum(s == 401 for s, _ in wrong_key)},
-        "traversal_statuses": traversal,
+        "traversal_statuses": traversal, "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+        "cpus": os.cpu_count(),
     }
 
 
@@ -146,6 +148,8 @@ def report(r: dict) -> None:
         print(f"{name:<8} {p['p50_ms']:>8.1f} {p['p90_ms']:>8.1f} {p['p99_ms']:>8.1f} {p['max_ms']:>8.1f} {p['mean_ms']:>8.1f}")
     print(f"without a key: {r['without_key']['401']}/{r['without_key']['sent']} refused with 401; "
           f"wrong key: {r['wrong_key']['401']}/{r['wrong_key']['sent']} refused with 401")
+    load = r["load_average_1m"]
+    print(f"machine: {r['cpus']} CPUs, 1-minute load average {load['before']:.1f} before, {load['after']:.1f} after")
     print("traversal names -> status: " + ", ".join(f"{n} {s}" for n, s in r["traversal_statuses"].items()))
 
 
