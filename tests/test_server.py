@@ -98,6 +98,7 @@ def test_query_returns_what_query_returns(client, root, mode):
     got = r.json()
     expected = query(str(root / "town"), question, mode=mode, top_k=3)
     assert (got["question"], got["mode"], got["version"]) == (question, mode, 1)
+    assert set(got) == set(expected) and set(got["evidence"][0]) == set(expected["evidence"][0])
     assert [(e["chunk_id"], e["score"], e["title"]) for e in got["evidence"]] == \
         [(e["chunk_id"], e["score"], e["title"]) for e in expected["evidence"]]
     assert len(got["evidence"]) == 3

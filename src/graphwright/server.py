@@ -239,7 +239,7 @@ def create_app(index_root: str | Path, api_keys: Iterable[str] = (), *, allow_no
         path = root.path(name)
         return VersionList(index=name, versions=await blocking(version_rows, IndexStore(path)))
 
-    @v1.post("/indexes/{name}/query", response_model=QueryResponse, response_model_exclude_none=True, tags=["query"])
+    @v1.post("/indexes/{name}/query", response_model=QueryResponse, response_model_exclude_unset=True, tags=["query"])
     async def run_query(name: str, request: QueryRequest) -> dict:
         """Ranked evidence with provenance for a question, and an answer when an LLM is configured."""
         path = root.path(name)
