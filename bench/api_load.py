@@ -99,12 +99,13 @@ def percentiles(seconds: list[float]) -> dict[str, float]:
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()), "mean_ms": float(ms.mean())}
 
 
-async def load_test(args, base: str, index: str, key: str, server: subprocess.Popen) -> dict:
+async def load_test(args, base: str, index: str, key: str, server: subprocess.Popen, started: float) -> dict:
     auth = {"Authorization": f"Bearer {key}"}
     load_before = os.getloadavg()[0]  # the machine may be shared: the figures depend on it
     timeout = aiohttp.ClientTimeout(total=args.request_timeout)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=args.concurrency)) as session:
         health = await wait_healthy(session, base, server, args.startup_timeout)
+        ready_s = time.perf_counter() - started
         url = f"{base}/v1/indexes/{index}/query"
         modes = args.modes.split(",")
         warmup = {}
@@ -128,7 +129,7 @@ async def load_test(args, base: str, index: str, key: str, server: subprocess.Po
                 traversal[name] = r.status
     return {
         "index": index, "health": health, "requests": args.requests, "concurrency": args.concurrency, "workers": args.workers,
-        "modes": modes, "warmup": warmup, "statuses": dict(statuses), "wall_s": wall, "throughput_rps": len(results) / wall,
+        "modes": modes, "ready_s": ready_s, "warmup": warmup, "statuses": dict(statuses), "wall_s": wall, "throughput_rps": len(results) / wall,
         "latency": percentiles(ok) if ok else None, "latency_by_mode": per_mode,
         "without_key": {"sent": len(no_key), "401": sum(s == 401 for s, _ in no_key)},
         "wrong_key": {"sent": len(wrong_key), "401": sum(s == 401 for s, _ in wrong_key)},
@@ -140,6 +141,7 @@ async def load_test(args, base: str, index: str, key: str, server: subprocess.Po
 def report(r: dict) -> None:
     print(f"index {r['index']} ({r['health']['indexes']} under the root); {r['requests']} queries, "
           f"{r['concurrency']} in flight, server --workers {r['workers']}, modes {','.join(r['modes'])}")
+    print(f"server answered /health {r['ready_s']:.1f} s after it was started")
     print("warm-up (first query per mode): " + ", ".join(f"{m} {w['ms']:.0f} ms ({w['status']})" for m, w in r["warmup"].items()))
     print(f"statuses {r['statuses']}; wall {r['wall_s']:.2f} s; throughput {r['throughput_rps']:.1f} req/s")
     rows = ([("all", r["latency"])] if r["latency"] else []) + list(r["latency_by_mode"].items())
@@ -175,11 +177,12 @@ def main() -> int:
     key, port = secrets.token_urlsafe(24), free_port()
     env = {**os.environ, "GRAPHWRIGHT_API_KEYS": key}
     with tempfile.TemporaryFile(mode="w+") as log:  # the server's own log; shown if it fails
+        started = time.perf_counter()
         server = subprocess.Popen([sys.executable, "-m", "graphwright.cli", "serve", "--index-root", str(root), "--host", "127.0.0.1",
                                    "--port", str(port), "--workers", str(args.workers)],
                                   env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
         try:
-            result = asyncio.run(load_test(args, f"http://127.0.0.1:{port}", index, key, server))
+            result = asyncio.run(load_test(args, f"http://127.0.0.1:{port}", index, key, server, started))
         finally:
             server.terminate()
             try:

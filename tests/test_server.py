@@ -223,6 +223,16 @@ def test_serve_command_refuses_without_keys_and_warns_with_no_auth(root, tmp_pat
         assert c.get("/v1/indexes").status_code == 200
 
 
+def test_startup_loads_the_embedding_model_of_each_published_index(root, monkeypatch):
+    warmed = []
+    real = server.make_embedder
+    monkeypatch.setattr(server, "make_embedder", lambda config: warmed.append(config.engine) or real(config))
+    app = create_app(root, [KEY])
+    assert warmed == []
+    with TestClient(app):
+        assert warmed == ["hashing", "hashing"]  # alias and town; empty has no published version
+
+
 def test_searchers_are_loaded_once_per_index_version():
     loads = []
     gate = threading.Event()

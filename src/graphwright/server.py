@@ -16,6 +16,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +25,8 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
+from graphwright.config import PipelineConfig
+from graphwright.embed import make_embedder
 from graphwright.publish import (
     NoPublishedVersion,
     load_manifest,
@@ -180,6 +183,15 @@ class QueryResponse(BaseModel):
     citations: list[dict[str, Any]] | None = None
 
 
+def warm_embedders(root: IndexRoot) -> None:
+    """Load the embedding model of every index's latest version before serving: loading one
+    takes seconds (tens on a busy machine), which the first query would otherwise wait for."""
+    for name in root.names():
+        rows = manifests(IndexStore(root.path(name)))
+        if rows:
+            make_embedder(PipelineConfig.model_validate_json(rows[-1]["config"]).embed).encode(["warm-up"])
+
+
 def _bearer_check(api_keys: Iterable[str]):
     digests = [hashlib.sha256(k.encode()).digest() for k in api_keys]
     scheme = HTTPBearer(auto_error=False, description=f"An API key from {API_KEYS_ENV} or --api-keys-file.")
@@ -213,7 +225,12 @@ def create_app(index_root: str | Path, api_keys: Iterable[str] = (), *, allow_no
     async def blocking(fn, *args):
         return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
-    app = FastAPI(title="graphwright", version="1", description="Query published graphwright indexes.")
+    @asynccontextmanager
+    async def lifespan(_app):
+        await anyio.to_thread.run_sync(warm_embedders, root)
+        yield
+
+    app = FastAPI(title="graphwright", version="1", description="Query published graphwright indexes.", lifespan=lifespan)
     errors = {401: {"model": Problem}, 400: {"model": Problem}, 404: {"model": Problem}}
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(_bearer_check(keys))] if keys else [], responses=errors)
 
