@@ -223,14 +223,19 @@ def test_serve_command_refuses_without_keys_and_warns_with_no_auth(root, tmp_pat
         assert c.get("/v1/indexes").status_code == 200
 
 
-def test_startup_loads_the_embedding_model_of_each_published_index(root, monkeypatch):
-    warmed = []
-    real = server.make_embedder
-    monkeypatch.setattr(server, "make_embedder", lambda config: warmed.append(config.engine) or real(config))
+def test_startup_loads_each_published_index(root, monkeypatch):
+    built, queried = [], []
+    real_searcher, real_query = server.Searcher, server.query
+    monkeypatch.setattr(server, "Searcher", lambda *args: built.append(args) or real_searcher(*args))
+    monkeypatch.setattr(server, "query", lambda *a, **k: queried.append(k["mode"]) or real_query(*a, **k))
     app = create_app(root, [KEY])
-    assert warmed == []
-    with TestClient(app):
-        assert warmed == ["hashing", "hashing"]  # alias and town; empty has no published version
+    assert built == []
+    with TestClient(app) as c:
+        town = str((root / "town").resolve())
+        assert built == [(town, 1)]  # alias is the same directory; empty has no published version
+        assert sorted(queried) == sorted(server.MODES * 2)
+        assert c.post("/v1/indexes/town/query", headers=AUTH, json={"question": "harbor"}).status_code == 200
+        assert built == [(town, 1)]
 
 
 def test_searchers_are_loaded_once_per_index_version():
@@ -264,9 +269,9 @@ def test_query_server_reuses_its_searcher(root, monkeypatch):
         return real(*args)
 
     monkeypatch.setattr(server, "Searcher", counting)
-    with TestClient(create_app(root, [KEY])) as c:
-        for question in ("harbor", "festival", "river"):
-            assert c.post("/v1/indexes/town/query", headers=AUTH, json={"question": question}).status_code == 200
+    c = TestClient(create_app(root, [KEY]))  # not entered: no startup warm-up
+    for question in ("harbor", "festival", "river"):
+        assert c.post("/v1/indexes/town/query", headers=AUTH, json={"question": question}).status_code == 200
     assert built == [(str((root / "town").resolve()), 1)]
 
 
@@ -289,8 +294,8 @@ def test_queries_run_at_most_max_concurrency_at_once_and_health_stays_answered(r
                 active[0] -= 1
         return {"question": question, "mode": "naive", "version": 1, "evidence": []}
 
-    monkeypatch.setattr(server, "query", fake_query)
     with TestClient(create_app(root, [KEY], max_concurrency=2)) as c:
+        monkeypatch.setattr(server, "query", fake_query)  # after the startup warm-up
         post = lambda q: c.post("/v1/indexes/town/query", headers=AUTH, json={"question": q}).status_code
         with ThreadPoolExecutor(6) as pool:
             statuses = list(pool.map(post, ["q"] * 6))

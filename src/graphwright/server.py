@@ -25,8 +25,6 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from graphwright.config import PipelineConfig
-from graphwright.embed import make_embedder
 from graphwright.publish import (
     NoPublishedVersion,
     load_manifest,
@@ -183,13 +181,17 @@ class QueryResponse(BaseModel):
     citations: list[dict[str, Any]] | None = None
 
 
-def warm_embedders(root: IndexRoot) -> None:
-    """Load the embedding model of every index's latest version before serving: loading one
-    takes seconds (tens on a busy machine), which the first query would otherwise wait for."""
-    for name in root.names():
-        rows = manifests(IndexStore(root.path(name)))
+def warm(root: IndexRoot, searchers: SearcherCache) -> None:
+    """Before serving, load the latest version of each index (as many as the cache holds) and
+    query it once per mode: the embedding model, vector indexes and first table reads take
+    seconds (tens on a busy machine), which the first queries would otherwise wait for."""
+    for name in root.names()[:searchers.size]:
+        path = root.path(name)
+        rows = manifests(IndexStore(path))
         if rows:
-            make_embedder(PipelineConfig.model_validate_json(rows[-1]["config"]).embed).encode(["warm-up"])
+            version = rows[-1]["version"]
+            for mode in MODES:
+                query(str(path), "warm-up", mode=mode, version=version, answer=False, searcher=searchers.get(path, version))
 
 
 def _bearer_check(api_keys: Iterable[str]):
@@ -227,7 +229,7 @@ def create_app(index_root: str | Path, api_keys: Iterable[str] = (), *, allow_no
 
     @asynccontextmanager
     async def lifespan(_app):
-        await anyio.to_thread.run_sync(warm_embedders, root)
+        await anyio.to_thread.run_sync(warm, root, searchers)
         yield
 
     app = FastAPI(title="graphwright", version="1", description="Query published graphwright indexes.", lifespan=lifespan)
