@@ -238,6 +238,18 @@ def test_startup_loads_each_published_index(root, monkeypatch):
         assert built == [(town, 1)]
 
 
+def test_an_index_that_fails_to_load_at_startup_does_not_stop_the_server(root, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("corrupt vector index")
+
+    monkeypatch.setattr(server, "query", broken)
+    with TestClient(create_app(root, [KEY])) as c:
+        assert c.get("/health").json() == {"status": "ok", "indexes": 3}
+        assert c.get("/v1/indexes", headers=AUTH).status_code == 200
+    assert "could not load index 'alias' at startup" in caplog.text
+    assert "could not load index 'town' at startup" in caplog.text
+
+
 def test_searchers_are_loaded_once_per_index_version():
     loads = []
     gate = threading.Event()

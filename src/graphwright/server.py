@@ -11,6 +11,7 @@ threads, at most `max_concurrency` at once; the event loop only waits on them. L
 # annotations, and the bearer dependency's names a local of _bearer_check.
 import hashlib
 import hmac
+import logging
 import os
 import re
 import threading
@@ -35,6 +36,7 @@ from graphwright.query import MODES, Searcher, query
 from graphwright.store import IndexStore
 
 API_KEYS_ENV = "GRAPHWRIGHT_API_KEYS"
+log = logging.getLogger("graphwright.server")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -187,11 +189,14 @@ def warm(root: IndexRoot, searchers: SearcherCache) -> None:
     seconds (tens on a busy machine), which the first queries would otherwise wait for."""
     for name in root.names()[:searchers.size]:
         path = root.path(name)
-        rows = manifests(IndexStore(path))
-        if rows:
-            version = rows[-1]["version"]
-            for mode in MODES:
-                query(str(path), "warm-up", mode=mode, version=version, answer=False, searcher=searchers.get(path, version))
+        try:
+            rows = manifests(IndexStore(path))
+            if rows:
+                version = rows[-1]["version"]
+                for mode in MODES:
+                    query(str(path), "warm-up", mode=mode, version=version, answer=False, searcher=searchers.get(path, version))
+        except Exception:  # one unreadable index must not keep the others from being served
+            log.exception("could not load index %r at startup; its queries will report the error", name)
 
 
 def _bearer_check(api_keys: Iterable[str]):
