@@ -43,16 +43,9 @@ def _print_table(title: str, columns: tuple[str, ...], rows) -> None:
 
 
 def _version_rows(store) -> list[dict]:
-    """Published versions, each with the command whose run published it."""
-    from graphwright.publish import manifests
+    from graphwright.publish import version_rows
 
-    runs = store.read("runs", columns=["run_id", "command"])
-    commands = dict(zip(runs.column("run_id").to_pylist(), runs.column("command").to_pylist()))
-    return [
-        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
-         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
-        for m in manifests(store)
-    ]
+    return version_rows(store)
 
 
 def _print_versions(title: str, rows: list[dict]) -> None:
@@ -381,6 +374,38 @@ def cost(
         for r in history[-last:]))
     if plot:
         typer.echo(f"plot: {plot}")
+
+
+@app.command()
+def serve(
+    index_root: Annotated[Path, typer.Option("--index-root", help="Directory whose subdirectories are indexes, served by name.")],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    api_keys_file: Annotated[Path | None, typer.Option("--api-keys-file", help="API keys, one per line (added to GRAPHWRIGHT_API_KEYS).")] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without API keys (anyone who can reach the port can query).")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Queries answered at once, each in a worker thread; more wait their turn.")] = 4,
+) -> None:
+    """Serve the indexes under --index-root over HTTP (OpenAPI at /openapi.json). Requests need an API
+    key as a bearer token: keys come from GRAPHWRIGHT_API_KEYS (comma-separated) or --api-keys-file."""
+    import uvicorn
+
+    from graphwright.server import API_KEYS_ENV, create_app, load_api_keys
+
+    try:
+        keys = load_api_keys(api_keys_file)
+    except OSError as exc:
+        _fail(f"cannot read the API keys file: {exc}")
+    if keys and no_auth:
+        _fail("--no-auth given while API keys are configured; drop one or the other")
+    if not keys and not no_auth:
+        _fail(f"no API keys: set {API_KEYS_ENV} (comma-separated) or --api-keys-file, or pass --no-auth to serve without authentication")
+    if no_auth:
+        err.print(f"[yellow]warning:[/] serving without authentication on {host}:{port}: anyone who can reach it can query", highlight=False)
+    try:
+        api = create_app(index_root, keys, allow_no_auth=no_auth, max_concurrency=workers)
+    except ValueError as exc:
+        _fail(str(exc))
+    uvicorn.run(api, host=host, port=port)
 
 
 def main() -> None:  # pragma: no cover
