@@ -324,10 +324,10 @@ def test_commands_on_a_missing_s3_index_say_so(prefix):
 
 @pytest.mark.slow
 def test_nightly_job_with_the_index_on_s3(s3, prefix, tmp_path):
-    """jobs/index_job.py with --index s3://...: while another run holds the index the job
+    """jobs/nightly.py with --index s3://...: while another run holds the index the job
     refuses (exit 75); once that holder has been SIGKILLed and its lease has run out, it publishes."""
     index = f"{prefix}/index"
-    job = [sys.executable, str(Path(__file__).parents[1] / "jobs" / "index_job.py"), str(CORPUS),
+    job = [sys.executable, str(Path(__file__).parents[1] / "jobs" / "nightly.py"), str(CORPUS),
            "--index", index, "--config", str(CONFIG_FILE)]
     holder = start_holder(index, lease_s=3)
     try:
@@ -339,5 +339,5 @@ def test_nightly_job_with_the_index_on_s3(s3, prefix, tmp_path):
     time.sleep(3.5)  # the killed holder's lease runs out
     done = subprocess.run(job, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = json.loads(done.stdout.strip().splitlines()[-1])["run"]
     assert summary["index"] == index and summary["version"] == 1 and summary["documents"] == len(CORPUS_KEYS)

@@ -49,16 +49,9 @@ def _print_table(title: str, columns: tuple[str, ...], rows) -> None:
 
 
 def _version_rows(store) -> list[dict]:
-    """Published versions, each with the command whose run published it."""
-    from graphwright.publish import manifests
+    from graphwright.publish import version_rows
 
-    runs = store.read("runs", columns=["run_id", "command"])
-    commands = dict(zip(runs.column("run_id").to_pylist(), runs.column("command").to_pylist()))
-    return [
-        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
-         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
-        for m in manifests(store)
-    ]
+    return version_rows(store)
 
 
 def _print_versions(title: str, rows: list[dict]) -> None:
@@ -337,6 +330,104 @@ def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
     _print_table(f"tables — {index_dir}", ("table", "rows", "delta version"),
                  ((name, r["rows"], r["delta_version"]) for name, r in rows.items()))
     _print_versions("published versions", versions)
+
+
+@app.command()
+def plan(
+    config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Pipeline config (YAML); default: the embedded defaults.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the resolved plan (stages, engines, where they run, resources) without running it."""
+    from graphwright.config import ConfigError, load_config
+    from graphwright.plan import describe, executor_line
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+    rows = describe(cfg)
+    if as_json:
+        typer.echo(json.dumps({"executor": executor_line(cfg), "config_hash": cfg.config_hash(), "stages": rows}))
+        return
+    _print_table(f"plan — {config or 'embedded defaults'} (config {cfg.config_hash()})", ("stage", "engine", "runs on", "resources"),
+                 ((r["stage"], r["engine"], r["runs_on"], r["resources"]) for r in rows))
+    out.print(executor_line(cfg))
+
+
+def _money(value: float) -> str:
+    return f"{value:.2g}" if value < 0.01 else f"{value:,.2f}"
+
+
+@app.command()
+def cost(
+    index_dir: IndexOpt,
+    last: Annotated[int, typer.Option(min=1, help="Runs in the history table.")] = 20,
+    prices: Annotated[Path | None, typer.Option(help="Re-price every run with the cost section of this config file.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a chart of cost per run by stage (.png or .svg).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What each run cost, by stage, and what a full rebuild would have cost instead."""
+    from graphwright.config import load_config
+    from graphwright.costs import by_stage, cost_history, index_prices
+
+    store = _existing_index(index_dir)
+    price_table = load_config(prices).cost if prices else None
+    cur = (price_table or index_prices(store)).currency
+    history = cost_history(store, price_table)
+    if not history:
+        _fail(f"{index_dir}: no runs recorded yet")
+    if plot:
+        from graphwright.cost_plot import plot_history
+
+        plot_history(history[-last:], plot, cur)
+    if as_json:
+        typer.echo(json.dumps({"index": str(index_dir), "currency": cur, "runs": history, "by_stage": by_stage(history)}, default=str))
+        return
+    latest = history[-1]
+    _print_table(f"latest run {latest['run_id']} ({latest['command']}, {latest['status']})",
+                 ("stage", "wall s", "cpu s", "gpu s", "llm calls (cached)", "tokens", "MB", cur, f"full {cur}"),
+                 ((s["stage"], f"{s['wall_s']:.2f}", f"{s['cpu_s'] + s['worker_cpu_s']:.2f}", f"{s['gpu_s']:.0f}",
+                   f"{s['llm_calls']} ({s['cache_hits']})", s["prompt_tokens"] + s["completion_tokens"], f"{s['bytes_written'] / 1e6:.2f}",
+                   _money(s["cost"]), _money(s["full_rebuild_cost"])) for s in latest["stages"]))
+    _print_table("history (full: estimated cost of rebuilding everything)", ("started", "command", "status", "wall s", "tokens", cur, f"full {cur}", "saved", "version"), (
+        (str(r["started_at"])[:16], r["command"], r["status"], f"{r['wall_s']:.1f}", r["tokens"], _money(r["cost"]),
+         _money(r["full_rebuild_cost"]), f"{r['saved_cost'] / r['full_rebuild_cost']:.0%}" if r["full_rebuild_cost"] else "-",
+         f"{r['version']}" + ("*" if r["new_version"] else "") if r["version"] else None)
+        for r in history[-last:]))
+    if plot:
+        typer.echo(f"plot: {plot}")
+
+
+@app.command()
+def serve(
+    index_root: Annotated[Path, typer.Option("--index-root", help="Directory whose subdirectories are indexes, served by name.")],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    api_keys_file: Annotated[Path | None, typer.Option("--api-keys-file", help="API keys, one per line (added to GRAPHWRIGHT_API_KEYS).")] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without API keys (anyone who can reach the port can query).")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Queries answered at once, each in a worker thread; more wait their turn.")] = 4,
+) -> None:
+    """Serve the indexes under --index-root over HTTP (OpenAPI at /openapi.json). Requests need an API
+    key as a bearer token: keys come from GRAPHWRIGHT_API_KEYS (comma-separated) or --api-keys-file."""
+    import uvicorn
+
+    from graphwright.server import API_KEYS_ENV, create_app, load_api_keys
+
+    try:
+        keys = load_api_keys(api_keys_file)
+    except OSError as exc:
+        _fail(f"cannot read the API keys file: {exc}")
+    if keys and no_auth:
+        _fail("--no-auth given while API keys are configured; drop one or the other")
+    if not keys and not no_auth:
+        _fail(f"no API keys: set {API_KEYS_ENV} (comma-separated) or --api-keys-file, or pass --no-auth to serve without authentication")
+    if no_auth:
+        err.print(f"[yellow]warning:[/] serving without authentication on {host}:{port}: anyone who can reach it can query", highlight=False)
+    try:
+        api = create_app(index_root, keys, allow_no_auth=no_auth, max_concurrency=workers)
+    except ValueError as exc:
+        _fail(str(exc))
+    uvicorn.run(api, host=host, port=port)
 
 
 def main() -> None:  # pragma: no cover

@@ -140,6 +140,23 @@ class QueryConfig(_Section):
     name_match_bonus: float = Field(0.3, ge=0)
 
 
+class ModelPrice(_Section):
+    prompt_per_million: float = Field(0.0, ge=0)
+    completion_per_million: float = Field(0.0, ge=0)
+
+
+class CostConfig(_Section):
+    """The price table that turns recorded usage into money. The defaults are placeholders
+    (a cloud CPU core-hour and GPU-hour at round on-demand-like prices, and free tokens, as for
+    a self-hosted model): set your own. Prices do not change what an index contains, so they
+    are left out of the configuration hash, and `graphwright cost --prices` re-prices history."""
+
+    currency: str = "USD"
+    cpu_hour: float = Field(0.05, ge=0)  # one CPU core fully used for an hour
+    gpu_hour: float = Field(4.0, ge=0)  # one GPU held for an hour
+    llm: dict[str, ModelPrice] = {}  # by llm.model; "*" prices any model not listed
+
+
 class PipelineConfig(_Section):
     ingest: IngestConfig = IngestConfig()
     chunk: ChunkConfig = ChunkConfig()
@@ -152,11 +169,13 @@ class PipelineConfig(_Section):
     vectors: VectorConfig = VectorConfig()
     execution: ExecutionConfig = ExecutionConfig()
     query: QueryConfig = QueryConfig()
+    cost: CostConfig = CostConfig()
 
     def config_hash(self) -> str:
         """Hash of the settings that decide what the index contains; `execution` (how and where
-        it runs) is left out, so the same input run elsewhere publishes nothing new."""
-        return hashlib.sha256(self.model_dump_json(exclude={"execution"}).encode()).hexdigest()[:16]
+        it runs) and `cost` (prices) are left out, so the same input run elsewhere publishes
+        nothing new."""
+        return hashlib.sha256(self.model_dump_json(exclude={"execution", "cost"}).encode()).hexdigest()[:16]
 
 
 class ConfigError(ValueError):

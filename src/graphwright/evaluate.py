@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections import Counter
 from pathlib import Path
 
 from graphwright.ids import doc_id
@@ -21,6 +23,28 @@ def load_questions(path: str | Path) -> list[dict]:
             raise ValueError(f"{path}:{n}: a question needs 'question' and 'gold_doc_ids'")
         rows.append(row)
     return rows
+
+
+def _answer_tokens(text: str) -> list[str]:
+    """SQuAD-style normalization: lower case, no punctuation, no articles, single spaces; citation
+    marks like [2] are not part of an answer."""
+    text = re.sub(r"[^\w\s]", " ", re.sub(r"\[\d+\]", " ", text.casefold()))
+    return [w for w in text.split() if w not in ("a", "an", "the")]
+
+
+def answer_scores(prediction: str, gold: str) -> tuple[float, float]:
+    """(exact match, token F1) of an answer against the gold answer. A prediction that contains
+    the gold answer as a whole phrase counts as exact (LLM answers are sentences, not spans)."""
+    pred, ref = _answer_tokens(prediction or ""), _answer_tokens(gold)
+    if not ref:
+        return float(not pred), float(not pred)
+    exact = pred == ref or f" {' '.join(ref)} " in f" {' '.join(pred)} "
+    common = Counter(pred) & Counter(ref)
+    overlap = sum(common.values())
+    if not overlap:
+        return float(exact), 0.0
+    precision, recall = overlap / len(pred), overlap / len(ref)
+    return float(exact), 2 * precision * recall / (precision + recall)
 
 
 def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: int | None = None,

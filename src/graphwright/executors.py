@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.config import ExecutionConfig
 
@@ -27,6 +29,30 @@ class BatchStage:
     num_gpus: float = 0.0
     actors: int = 1
     on_driver: bool = False  # run in the driver process (for batch functions that start Ray jobs themselves)
+
+
+WORKER_CPU_COLUMN = "__worker_cpu_s"
+
+
+class _Metered:
+    """A batch function wrapped so that each result batch carries the CPU seconds the worker
+    spent on it (building the function included, on the first batch): Ray workers are other
+    processes, so the driver cannot see their CPU time."""
+
+    def __init__(self, fn_class: type, *args):
+        start = time.process_time()
+        self.fn = fn_class(*args)
+        self.unreported = time.process_time() - start
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        start = time.process_time()
+        out = self.fn(batch)
+        used = time.process_time() - start + self.unreported
+        self.unreported = 0.0
+        if not out.num_rows:
+            self.unreported = used
+            return out.append_column(WORKER_CPU_COLUMN, pa.array([], pa.float64()))
+        return out.append_column(WORKER_CPU_COLUMN, pa.array([used] + [0.0] * (out.num_rows - 1), pa.float64()))
 
 
 class LocalExecutor:
@@ -48,6 +74,7 @@ class LocalExecutor:
 
 class RayExecutor:
     name = "ray"
+    worker_cpu_s = 0.0  # CPU seconds of all batches run in workers so far
 
     def __init__(self, config: ExecutionConfig):
         import ray
@@ -80,15 +107,18 @@ class RayExecutor:
         # one block per batch, so the actor pool can spread the work
         blocks = [table.slice(o, stage.batch_size) for o in range(0, table.num_rows, stage.batch_size)]
         ds = ray.data.from_arrow(blocks).map_batches(
-            stage.fn_class,
-            fn_constructor_args=stage.args,
+            _Metered,
+            fn_constructor_args=(stage.fn_class, *stage.args),
             batch_size=stage.batch_size,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=stage.actors),
             num_cpus=stage.num_cpus,
             num_gpus=stage.num_gpus or None,
         )
-        yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            column = batch.schema.get_field_index(WORKER_CPU_COLUMN)
+            self.worker_cpu_s += pc.sum(batch.column(column)).as_py() or 0.0
+            yield batch.remove_column(column)
 
     def describe(self) -> str:
         import ray

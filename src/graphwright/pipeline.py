@@ -23,6 +23,7 @@ from graphwright import ids
 from graphwright.chunking import Chunker
 from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
+from graphwright.costs import stage_cost
 from graphwright.embed import EmbedBatch, model_name
 from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
@@ -74,20 +75,43 @@ class Run:
 
     @contextmanager
     def stage(self, name: str):
+        """Measure a stage into one stage_metrics row. The body fills `details` with counters;
+        `rows_in`/`rows_out` and `work_unit`/`work_done`/`work_total` (the units this run
+        processed, and what a full rebuild would) become columns, the rest goes to JSON."""
         details: dict = {"rows_in": 0, "rows_out": 0}
         wall, cpu = time.perf_counter(), _cpu_seconds()
+        versions = self.store.versions()
+        llm_before, worker_before = dict(self.llm_totals), self.worker_cpu_s()
         yield details
+        wall_s = time.perf_counter() - wall
+        llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")}
+        work_done = details.pop("work_done", None)
+        gpus = details.pop("gpus", 0) if work_done else 0
         row = {
             "run_id": self.run_id,
             "stage": name,
-            "wall_s": time.perf_counter() - wall,
+            "wall_s": wall_s,
             "cpu_s": _cpu_seconds() - cpu,
             "rows_in": int(details.pop("rows_in")),
             "rows_out": int(details.pop("rows_out")),
-            "details": json.dumps(details, sort_keys=True, default=str),
+            "worker_cpu_s": self.worker_cpu_s() - worker_before,
+            "gpu_s": wall_s * gpus,
+            "llm_calls": llm["calls"],
+            "cache_hits": llm["cache_hits"],
+            "prompt_tokens": llm["prompt_tokens"],
+            "completion_tokens": llm["completion_tokens"],
+            "bytes_written": sum(self.store.bytes_added(t, versions.get(t)) for t, v in self.store.versions().items() if v != versions.get(t)),
+            "work_unit": details.pop("work_unit", None),
+            "work_done": work_done,
+            "work_total": details.pop("work_total", None),
         }
+        row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)
+        row["details"] = json.dumps(details, sort_keys=True, default=str)
         self.metrics.append(row)
         self.log(f"[bold]{name:<8}[/] {row['wall_s']:6.1f}s  " + ", ".join(f"{k}={v}" for k, v in details.items() if not isinstance(v, (dict, list))))
+
+    def worker_cpu_s(self) -> float:
+        return getattr(self.executor, "worker_cpu_s", 0.0)
 
     def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
         """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
@@ -104,6 +128,17 @@ class Run:
             for batch in executor.map_batches(table, stage):
                 advance(count(batch))
                 yield batch
+
+
+def _gpus(cfg: PipelineConfig, stage: str) -> float:
+    """GPUs a stage holds while it runs (what a GPU-second price is paid for)."""
+    if stage == "extract" and cfg.extract.engine == "llm" and cfg.llm.engine == "vllm":
+        return cfg.llm.replicas * cfg.llm.tensor_parallel_size
+    if stage == "embed" and cfg.embed.engine == "vllm":
+        return cfg.embed.concurrency
+    if stage == "cluster" and cfg.cluster.engine == "cugraph":
+        return 1
+    return 0
 
 
 def _read_by_ids(store: IndexStore, name: str, column: str, values: list[str], columns: list[str]) -> pa.Table:
@@ -154,7 +189,8 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
             run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
         if diff.deleted:
             run.store.delete_in("documents", "doc_id", diff.deleted)
-        m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(batch.errors))
+        m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(batch.errors),
+                 work_unit="documents", work_done=incoming.num_rows, work_total=incoming.num_rows)
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in batch.errors]}
 
 
@@ -212,7 +248,8 @@ def stage_chunk(run: Run) -> dict:
         chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
         stale = [c for c, d, h in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "doc_hash"))) if (d, h) not in current]
         removed = store.delete_in("chunks", "chunk_id", stale) if stale else 0
-        m.update(rows_in=len(todo), rows_out=written, documents_chunked=len(todo), chunks_written=written, chunks_removed=removed)
+        m.update(rows_in=len(todo), rows_out=written, documents_chunked=len(todo), chunks_written=written, chunks_removed=removed,
+                 work_unit="documents", work_done=len(todo), work_total=len(current))
         return {"chunked_documents": len(todo), "chunks_written": written, "chunks_removed": removed}
 
 
@@ -352,7 +389,8 @@ def stage_extract(run: Run) -> dict:
             n, k, f = _commit_extractions(run, pending)
             extracted, mentions, failed = extracted + n, mentions + k, failed + f
         m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
-                 chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed, llm=dict(run.llm_totals))
+                 chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed,
+                 work_unit="chunks", work_done=len(todo), work_total=len(chunk_set), gpus=_gpus(cfg, "extract"))
         if cfg.extract.engine == "llm":
             run.llm_totals["full_rebuild_tokens"] = _full_rebuild_tokens(store, chunk_set)
         if failed and failed > cfg.extract.max_failed_fraction * extracted:
@@ -384,7 +422,8 @@ def stage_resolve(run: Run) -> dict:
         diffs = {name: store.replace_if_changed(name, table)
                  for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
         m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,
-                 entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs)
+                 entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs,
+                 work_unit="mentions", work_done=mentions.num_rows, work_total=mentions.num_rows)
         return diffs
 
 
@@ -420,7 +459,8 @@ def stage_cluster(run: Run) -> dict:
         levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
         per_level = {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
         m.update(rows_in=entities.num_rows, rows_out=communities.num_rows, engine=run.config.cluster.engine,
-                 per_level=per_level, changes=diff)
+                 per_level=per_level, changes=diff, work_unit="graph", work_done=0 if unchanged else 1, work_total=1,
+                 gpus=_gpus(run.config, "cluster"))
         return {"per_level": per_level, "changes": diff}
 
 
@@ -433,7 +473,8 @@ def stage_report(run: Run) -> dict:
         previous = store.read("community_reports")
         reports, stats = build_reports(communities, entities, relationships, run.config.report, previous)
         store.replace_if_changed("community_reports", reports)
-        m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats)
+        m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
+                 work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         return stats
 
 
@@ -485,7 +526,9 @@ def stage_embed(run: Run) -> dict:
                 _commit_vectors(store, model, hash_of, pending)
         _commit_vectors(store, model, hash_of, pending)
         files = {kind: _write_vector_index(store, kind, model, cfg) for kind in counts}
-        m.update(rows_in=sum(c["embedded"] + c["reused"] for c in counts.values()), rows_out=todo.num_rows, model=model, **counts)
+        total = sum(c["embedded"] + c["reused"] for c in counts.values())
+        m.update(rows_in=total, rows_out=todo.num_rows, model=model, **counts,
+                 work_unit="items", work_done=todo.num_rows, work_total=total, gpus=_gpus(cfg, "embed"))
         return {"vector_indexes": files, "counts": counts}
 
 
@@ -526,7 +569,8 @@ def stage_publish(run: Run, vector_indexes: dict[str, str]) -> dict:
 
     with run.stage("publish") as m:
         manifest = publish.publish(store, run.run_id, run.config, vector_indexes)
-        m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"], new_version=manifest["new"])
+        m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"], new_version=manifest["new"],
+                 work_unit="versions", work_done=1, work_total=1)
         return manifest
 
 
@@ -583,7 +627,7 @@ def _run_locked(store: IndexStore, run_id: str, lock, command: str, config: Pipe
     run = Run(store, config, run_id, StageProgress(show_progress), log)
     started = _now()
     store.upsert("runs", pa.Table.from_pylist([_run_row(run, command, started, None, "running", {}, None)]))
-    summary: dict = {"run_id": run.run_id, "command": command, "index": str(store.root)}
+    summary: dict = {"run_id": run.run_id, "command": command, "index": str(store.root), "llm_model": config.llm.model}
     try:
         llm = f" (llm {config.llm.engine} {config.llm.base_url}, concurrency {config.llm.concurrency})" if config.extract.engine == "llm" else ""
         log(f"engines: extract={extractor_key(config.extract, config.llm)}{llm} graph={config.cluster.engine} "

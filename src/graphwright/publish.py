@@ -44,6 +44,18 @@ def load_manifest(store: IndexStore, version: int | None = None) -> dict:
     raise NoPublishedVersion(f"{store.root}: no version {version}; published: {[r['version'] for r in rows]}")
 
 
+def version_rows(store: IndexStore) -> list[dict]:
+    """Published versions, each with the command whose run published it (what `graphwright
+    versions --json` prints and the HTTP API returns)."""
+    runs = store.read("runs", columns=["run_id", "command"])
+    commands = dict(zip(runs.column("run_id").to_pylist(), runs.column("command").to_pylist()))
+    return [
+        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
+         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
+        for m in manifests(store)
+    ]
+
+
 def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str]) -> dict:
     """Write a new manifest unless the latest one already pins exactly this state."""
     versions = {name: store.ensure(name).version() for name in DATA_TABLES}

@@ -163,10 +163,11 @@ class Searcher:
 
 
 def query(index_dir: str, question: str, mode: str = "local", top_k: int | None = None, version: int | None = None,
-          answer: bool | None = None) -> dict:
+          answer: bool | None = None, searcher: Searcher | None = None) -> dict:
     """Evidence for `question`; with an LLM configured (llm.model, from the index's configuration
-    or GRAPHWRIGHT_LLM__* variables) and `answer` not False, also an answer citing it."""
-    searcher = Searcher(index_dir, version)
+    or GRAPHWRIGHT_LLM__* variables) and `answer` not False, also an answer citing it. A caller
+    answering many questions passes a loaded `searcher` (of `index_dir` at `version`)."""
+    searcher = searcher or Searcher(index_dir, version)
     result = searcher.attach_titles(searcher.search(question, mode, top_k))
     llm = _query_llm(searcher.config)
     if answer or (answer is None and llm.model):

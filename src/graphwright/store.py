@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import DeltaTable, QueryBuilder, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from graphwright import storage, tables
@@ -38,6 +38,16 @@ def row_diff(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> dict[str, in
         "changed": changed,
         "unchanged": len(common) - changed,
     }
+
+
+def _missing_fields(name: str, dt: DeltaTable) -> list[pa.Field]:
+    have = set(dt.schema().to_arrow().names)
+    return [f.with_nullable(True) for f in tables.schema(name).arrow if f.name not in have]
+
+
+def _file_sizes(dt: DeltaTable) -> dict[str, int]:
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    return dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
 
 
 class IndexStore:
@@ -71,8 +81,14 @@ class IndexStore:
         return None if dt is None else dt.version()
 
     def ensure(self, name: str) -> DeltaTable:
-        """Create the table empty, with its contract's schema, if it does not exist yet."""
+        """Create the table empty, with its contract's schema, if it does not exist yet; add the
+        columns a newer contract gained (always nullable) to a table written by an older one."""
         dt = self._table(name)
+        if dt is not None:
+            missing = _missing_fields(name, dt)
+            if missing:
+                dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields))
+                dt = self._table(name)
         if dt is None:
             schema = tables.schema(name)
             dt = DeltaTable.create(
@@ -101,7 +117,9 @@ class IndexStore:
         dt = self._table(name, version)
         if dt is None:
             return schema.empty_table()
-        select = ", ".join(f'"{c}"' for c in schema.names)
+        # a version written under an older contract lacks the columns added since: read them as nulls
+        absent = {f.name for f in _missing_fields(name, dt)}
+        select = ", ".join(f'NULL AS "{c}"' if c in absent else f'"{c}"' for c in schema.names)
         sql = f"SELECT {select} FROM t" + (f" WHERE {where}" if where else "")
         result = pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
         return result.cast(schema)
@@ -168,6 +186,21 @@ class IndexStore:
             predicate = f'"{column}" IN {sql_list(values[start:start + 1000])}'
             deleted += self.delete(name, f"({also}) AND {predicate}" if also else predicate)
         return deleted
+
+    def bytes_added(self, name: str, since_version: int | None) -> int:
+        """Bytes of the data files committed to a table after `since_version` (None: since it was
+        created), summed commit by commit so files a later commit rewrote still count."""
+        dt = self._table(name)
+        if dt is None or dt.version() == since_version:
+            return 0
+        first = 0 if since_version is None else since_version + 1
+        before = set() if since_version is None else _file_sizes(self._table(name, since_version))
+        total = 0
+        for version in range(first, dt.version() + 1):
+            files = _file_sizes(self._table(name, version))
+            total += sum(size for path, size in files.items() if path not in before)
+            before = files
+        return total
 
     def versions(self) -> dict[str, int]:
         """Current Delta version of every table that exists."""
