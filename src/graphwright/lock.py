@@ -96,7 +96,6 @@ class LeaseLock:
         self.run_id, self.command, self.lease_s = run_id, command, lease_s
         self.etag: str | None = None
         self.lost: str | None = None
-        self.renew_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._record = _holder(run_id, command)
@@ -150,8 +149,8 @@ class LeaseLock:
             except PreconditionError:
                 self.lost = f"the lease on {self.location} expired and another run took it over"
                 return
-            except BaseError as exc:  # a transient store error: try again at the next beat
-                self.renew_error = f"{type(exc).__name__}: {exc}"
+            except BaseError:  # a transient store error: try again at the next beat (the lease
+                continue       # outlives two missed beats)
 
     def check(self) -> None:
         """Raise LockLost when the lease was taken over (call before publishing)."""
