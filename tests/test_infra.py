@@ -271,6 +271,25 @@ def test_referenced_file_exists(path, where):
     assert (ROOT / path).is_file(), f"{where} runs {path}, which does not exist"
 
 
+@cache
+def _job_options(job: str) -> set[str]:
+    """The options a job script's argparse --help lists (lines that start with an option)."""
+    result = subprocess.run([sys.executable, str(ROOT / job), "--help"], check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return set(re.findall(r"^\s+(?:-\w[ \w]*, )?(--[\w-]+)", result.stdout, re.MULTILINE))
+
+
+@pytest.mark.parametrize(("where", "command"), _commands(), ids=[w for w, _ in _commands()])
+def test_scheduled_command_options_are_the_jobs_options(where, command):
+    (job,) = [p for p in _project_paths(command) if p.startswith("jobs/")]
+    if not (ROOT / job).exists():
+        pytest.skip(f"{job} (run by {where}) is not in this checkout yet: the job entrypoints are written on main")
+    tokens = shlex.split(command)
+    after_job = tokens[next(i for i, t in enumerate(tokens) if t.endswith(job)) + 1:]
+    options = {t for t in after_job if t.startswith("--")}
+    assert options and options <= _job_options(job), (options, _job_options(job))
+
+
 def _dockerfile_copies(dockerfile: Path) -> list[tuple[list[str], str]]:
     """(sources, destination) of each COPY."""
     return [(line.split()[1:-1], line.split()[-1]) for line in dockerfile.read_text().splitlines() if line.startswith("COPY ")]
