@@ -177,7 +177,7 @@ def test_nightly_specs_are_one_spec():
 
 def _pyproject_ray_version() -> str:
     text = (ROOT / "pyproject.toml").read_text()
-    (version,) = re.findall(r'"ray\[data\]==([\d.]+)"', text)
+    (version,) = re.findall(r'"ray\[[a-z,]+\]==([\d.]+)"', text)
     return version
 
 
