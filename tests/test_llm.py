@@ -12,7 +12,7 @@ from graphwright.llm import LLMRequest
 from graphwright.llm.openai_engine import OpenAIEngine
 from graphwright.pipeline import TooManyFailures
 from graphwright.store import IndexStore
-from _helpers import CORPUS, make_config, run
+from _helpers import CORPUS, DATA, make_config, run
 from fake_openai import FakeOpenAI
 
 FAST = dict(backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
@@ -240,3 +240,20 @@ def test_gleaning_rounds_continue_the_conversation(server, tmp_path):
     assert len(follow_ups) == summary["chunks"]
     assert [m["role"] for m in follow_ups[0]["messages"]] == ["system", "user", "assistant", "user"]
     assert summary["chunks_failed"] == 0  # an empty gleaning answer keeps the first round's findings
+
+
+def test_eval_scores_answers_and_counts_their_tokens(server, tmp_path, monkeypatch):
+    from graphwright.evaluate import answer_scores, evaluate, load_questions
+
+    index = tmp_path / "index"
+    run([CORPUS], index, llm_config(server))
+    monkeypatch.setenv("GRAPHWRIGHT_LLM__BASE_URL", server.base_url)
+    questions = load_questions(DATA / "questions.jsonl")
+    result = evaluate(str(index), questions, "naive", 5, answer=True)
+    assert result["answered"] == len(questions)
+    assert result["prompt_tokens"] > 0 and result["completion_tokens"] > 0
+    # the fake model answers "The evidence says so [1]." to everything: no gold answer is that
+    assert result["exact_match"] == 0 and 0 <= result["f1"] < 0.5
+    assert all(0 <= p["f1"] <= 1 for p in result["per_question"])
+    assert answer_scores("It rises in the hills above Amberfield [2].", "in the hills above Amberfield") == (1.0, pytest.approx(0.8))
+    assert evaluate(str(index), questions, "naive", 5, answer=False).get("answered") is None

@@ -272,15 +272,16 @@ def eval_(
     mode: Annotated[str, typer.Option(help="local | naive")] = "local",
     k: Annotated[int, typer.Option("--k", min=1, help="Evidence cut-off.")] = 10,
     version: Annotated[Optional[int], typer.Option(help="Published version (default: latest).")] = None,
+    answer: Annotated[Optional[bool], typer.Option("--answer/--no-answer", help="Have the LLM answer and score exact match / F1 (default: when an LLM is configured).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Evidence recall@k of a query mode on a question set."""
+    """Evidence recall@k of a query mode on a question set; with an LLM, answer exact match and F1."""
     from graphwright.evaluate import evaluate, load_questions
     from graphwright.publish import NoPublishedVersion
 
     _existing_index(index_dir)
     try:
-        result = evaluate(str(index_dir), load_questions(questions), mode, k, version)
+        result = evaluate(str(index_dir), load_questions(questions), mode, k, version, answer=answer)
     except (NoPublishedVersion, ValueError, OSError) as exc:
         _fail(str(exc))
     if as_json:
@@ -288,6 +289,10 @@ def eval_(
     else:
         out.print(f"{result['questions']} questions, mode {mode}: recall@{k} {result[f'recall@{k}']:.3f}, "
                   f"all gold in top {k}: {result[f'all_gold@{k}']:.3f}, {result['seconds_per_query']:.3f} s/query")
+        if result.get("answered"):
+            em, f1 = result["exact_match"], result["f1"]
+            out.print(f"answers: {result['answered']}, exact match {'-' if em is None else f'{em:.3f}'}, F1 {'-' if f1 is None else f'{f1:.3f}'}, "
+                      f"{result['prompt_tokens']} prompt + {result['completion_tokens']} completion tokens")
 
 
 @app.command()

@@ -7,9 +7,9 @@ cost nothing: their tokens were paid by the run that made the call.
 The full-rebuild estimate answers "what would this run have cost had it rebuilt everything?".
 Each stage row says how many units it processed (`work_done`) and how many a full rebuild
 would process (`work_total`): chunks for extraction, items for embedding, reports for
-reporting. A stage that did some work scales its own cost to the total; one that did none
-(everything reused) uses the per-unit cost recorded by the latest earlier run that did.
-Extraction tokens are not estimated: the cache holds what each current chunk's calls cost.
+reporting. A stage that did not process everything is estimated at the per-unit cost of the
+largest run of that stage so far times the units the index now holds. Extraction tokens are not
+estimated: the cache holds what each current chunk's calls cost.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def stage_cost(row: dict, prices: CostConfig, model: str) -> float:
 class _UnitCost:
     money: float
     seconds: float
+    units: int
 
 
 def cost_history(store: IndexStore, prices: CostConfig | None = None) -> list[dict]:
@@ -101,14 +102,14 @@ def _full_rebuild(row: dict, unit_costs: dict[str, _UnitCost]) -> tuple[float, f
     done, total = row.get("work_done"), row.get("work_total")
     if done is None or total is None:  # rows from before work accounting, or a deletion
         return row["cost"], row["wall_s"]
-    if done:
-        unit_costs[row["stage"]] = _UnitCost(row["cost"] / done, row["wall_s"] / done)
-        return row["cost"] * total / done, row["wall_s"] * total / done
-    unit = unit_costs.get(row["stage"])
-    if unit is None or not total:
+    # the largest run so far prices a unit best: its fixed costs (starting actors, loading a
+    # model) are spread over the most units, as they would be in a rebuild
+    best = unit_costs.get(row["stage"])
+    if done and (best is None or done >= best.units):
+        unit_costs[row["stage"]] = best = _UnitCost(row["cost"] / done, row["wall_s"] / done, done)
+    if done >= total or best is None:
         return row["cost"], row["wall_s"]
-    # nothing to do this run: what the stage checked plus what redoing every unit would take
-    return row["cost"] + unit.money * total, row["wall_s"] + unit.seconds * total
+    return max(row["cost"], best.money * total), max(row["wall_s"], best.seconds * total)
 
 
 def by_stage(history: list[dict]) -> dict[str, dict]:

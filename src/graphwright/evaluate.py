@@ -48,25 +48,50 @@ def answer_scores(prediction: str, gold: str) -> tuple[float, float]:
 
 
 def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: int | None = None,
-             searcher: Searcher | None = None) -> dict:
+             searcher: Searcher | None = None, answer: bool | None = False) -> dict:
     """`recall@k`: mean share of a question's gold documents in the top-k evidence;
-    `all_gold@k`: share of questions with every gold document there. Gold ids are source keys."""
+    `all_gold@k`: share of questions with every gold document there. Gold ids are source keys.
+    With `answer` (None: when an LLM is configured), the LLM answers each question from the
+    evidence, scored by exact match and token F1 against the question's `answer`, with the
+    tokens each answer cost."""
+    from graphwright.query import query
+
     searcher = searcher or Searcher(index_dir, version)
     per_question, started = [], time.perf_counter()
     for q in questions:
         t = time.perf_counter()
+        result = query(index_dir, q["question"], mode, k, version, answer=answer, searcher=searcher)
         gold = {doc_id(g) for g in q["gold_doc_ids"]}
-        got = [e["doc_id"] for e in searcher.search(q["question"], mode, k)["evidence"][:k]]
+        got = [e["doc_id"] for e in result["evidence"][:k]]
         hit = len(gold & set(got))
-        per_question.append({"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold),
-                             "seconds": round(time.perf_counter() - t, 4)})
+        row = {"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold), "seconds": round(time.perf_counter() - t, 4)}
+        if "answer" in result:
+            usage = result.get("llm") or {}
+            row |= {"answer": result["answer"], "prompt_tokens": usage.get("prompt_tokens", 0),
+                    "completion_tokens": usage.get("completion_tokens", 0), "cache_hit": usage.get("cache_hit")}
+            if q.get("answer") is not None:
+                row["exact_match"], row["f1"] = answer_scores(result["answer"] or "", str(q["answer"]))
+        per_question.append(row)
     n = len(per_question) or 1
-    return {
+    seconds = sorted(p["seconds"] for p in per_question) or [0.0]
+    summary = {
         "mode": mode,
         "k": k,
         "questions": len(per_question),
         f"recall@{k}": round(sum(p["recall"] for p in per_question) / n, 4),
         f"all_gold@{k}": round(sum(p["all_gold"] for p in per_question) / n, 4),
         "seconds_per_query": round((time.perf_counter() - started) / n, 4),
-        "per_question": per_question,
+        "latency_p50_s": seconds[len(seconds) // 2],
+        "latency_max_s": seconds[-1],
     }
+    answered = [p for p in per_question if "answer" in p]
+    if answered:
+        scored = [p for p in answered if "f1" in p]
+        summary |= {
+            "answered": len(answered),
+            "exact_match": round(sum(p["exact_match"] for p in scored) / len(scored), 4) if scored else None,
+            "f1": round(sum(p["f1"] for p in scored) / len(scored), 4) if scored else None,
+            "prompt_tokens": sum(p["prompt_tokens"] for p in answered),
+            "completion_tokens": sum(p["completion_tokens"] for p in answered),
+        }
+    return summary | {"per_question": per_question}
