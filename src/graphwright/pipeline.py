@@ -80,10 +80,11 @@ class Run:
         processed, and what a full rebuild would) become columns, the rest goes to JSON."""
         details: dict = {"rows_in": 0, "rows_out": 0}
         wall, cpu = time.perf_counter(), _cpu_seconds()
-        versions = self.store.versions()
+        self.store.journal = {}
         llm_before, worker_before = dict(self.llm_totals), self.worker_cpu_s()
         yield details
         wall_s = time.perf_counter() - wall
+        written, self.store.journal = self.store.journal, None
         llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")}
         work_done = details.pop("work_done", None)
         gpus = details.pop("gpus", 0) if work_done else 0
@@ -100,7 +101,7 @@ class Run:
             "cache_hits": llm["cache_hits"],
             "prompt_tokens": llm["prompt_tokens"],
             "completion_tokens": llm["completion_tokens"],
-            "bytes_written": sum(self.store.bytes_added(t, versions.get(t)) for t, v in self.store.versions().items() if v != versions.get(t)),
+            "bytes_written": sum(self.store.bytes_added(t, before) for t, before in written.items()),
             "work_unit": details.pop("work_unit", None),
             "work_done": work_done,
             "work_total": details.pop("work_total", None),

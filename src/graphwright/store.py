@@ -59,6 +59,9 @@ class IndexStore:
         self.root = str(root).rstrip("/") if storage.is_uri(str(root)) else Path(str(root).removeprefix("file://"))
         self.storage_options = (storage.storage_options() if storage_options is None else storage_options) or None
         self.files = storage.IndexFiles(self.root, self.storage_options)
+        # while not None: each table written since it was set -> its Delta version before that
+        # (what a stage's bytes_written is counted from, without reopening every table)
+        self.journal: dict[str, int | None] | None = None
 
     @property
     def is_remote(self) -> bool:
@@ -131,9 +134,14 @@ class IndexStore:
         result = pa.table(QueryBuilder().register("t", dt).execute("SELECT count(*) AS n FROM t").read_all())
         return int(result.column("n")[0].as_py())
 
+    def _writing(self, name: str) -> None:
+        if self.journal is not None and name not in self.journal:
+            self.journal[name] = self.version(name)
+
     def overwrite(self, name: str, table: pa.Table) -> int:
         """Replace the table's contents atomically (one Delta commit). Returns the new version."""
         data = tables.schema(name).validate(table)
+        self._writing(name)
         self.ensure(name)
         write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options)
         return self.version(name)
@@ -142,6 +150,7 @@ class IndexStore:
         """MERGE rows by primary key: rerunning the same upsert changes nothing (idempotent)."""
         schema = tables.schema(name)
         data = schema.validate(table)
+        self._writing(name)
         dt = self.ensure(name)
         if data.num_rows:
             on = " AND ".join(f't."{k}" = s."{k}"' for k in schema.primary_key)
@@ -155,6 +164,7 @@ class IndexStore:
 
     def append(self, name: str, table: pa.Table) -> int:
         data = tables.schema(name).validate(table)
+        self._writing(name)
         self.ensure(name)
         if data.num_rows:
             write_deltalake(self.path(name), data, mode="append", storage_options=self.storage_options)
@@ -176,6 +186,8 @@ class IndexStore:
         dt = self._table(name)
         if dt is None:
             return 0
+        if self.journal is not None:
+            self.journal.setdefault(name, dt.version())
         return int(dt.delete(where).get("num_deleted_rows", 0))
 
     def delete_in(self, name: str, column: str, values, *, also: str | None = None) -> int:
