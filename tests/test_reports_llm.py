@@ -7,6 +7,8 @@ import shutil
 
 import pyarrow as pa
 import pytest
+from _helpers import CORPUS, assert_valid, make_config, run
+from fake_openai import FakeOpenAI
 
 from graphwright.extract.parse import ParseError
 from graphwright.llm_reports import Plan, parse_report, report_request
@@ -15,10 +17,8 @@ from graphwright.publish import load_manifest
 from graphwright.query import query
 from graphwright.reports import LLMReports
 from graphwright.store import IndexStore
-from _helpers import CORPUS, assert_valid, make_config, run
-from fake_openai import FakeOpenAI
 
-FAST = dict(backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 5}
 # small enough that the top-level communities' own rows do not fit, so their children's reports
 # stand in for them; large enough that the leaves keep all their rows
 BUDGET = {"context_tokens": 600, "child_report_tokens": 60}
@@ -216,3 +216,10 @@ def test_lazy_index_drops_reports_whose_inputs_changed(server, corpus, tmp_path)
     # exactly the reports whose community still exists with the same inputs survive
     assert after == {c: h for c, h in before.items() if c in plans and plans[c].input_hash == h}
     assert 0 < len(after) < len(before)
+
+
+def test_llm_and_lazy_reports_need_a_model(corpus, tmp_path):
+    for mode in ("llm", "lazy"):
+        with pytest.raises(ValueError, match="needs an LLM"):
+            run([corpus], tmp_path / mode, make_config(report={"mode": mode}))
+        assert IndexStore(tmp_path / mode).count("index_manifest") == 0

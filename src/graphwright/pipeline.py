@@ -422,6 +422,8 @@ def stage_report(run: Run) -> dict:
             store.replace_if_changed("community_reports", reports)
             m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats)
             return stats
+        if not run.config.llm.model:  # lazy too: a query must not be the first to find out
+            raise ValueError(f"report.mode {cfg.mode} needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
         llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist())
         gen = generator_of(run.config.llm)
         current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}

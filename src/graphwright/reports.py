@@ -247,6 +247,6 @@ def generator_of(llm) -> str:
 
 
 def _query_run_id() -> str:
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
-    return datetime.now(timezone.utc).strftime("query-%Y%m%dT%H%M%S%fZ")
+    return datetime.now(UTC).strftime("query-%Y%m%dT%H%M%S%fZ")
