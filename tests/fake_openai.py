@@ -1,5 +1,6 @@
 """A small OpenAI-compatible server on loopback for tests: /v1/chat/completions answers an
-extraction prompt with the deterministic nlp extractor's findings as JSON, and can be told to
+extraction prompt with the deterministic nlp extractor's findings as JSON (a community report prompt
+with a report citing every row it was given), and can be told to
 misbehave (drop the connection, answer 503 or 400, return malformed JSON) for chunks that contain
 a given marker. It counts requests and records request bodies."""
 
@@ -12,6 +13,31 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from graphwright.config import EmbedConfig, ExtractConfig
 from graphwright.embed import HashingEmbedder
 from graphwright.extract.nlp import extract_chunk
+
+
+def _tables(prompt: str) -> dict[str, list[list[str]]]:
+    """The data tables of a report prompt: {name: [row fields]}."""
+    tables, name = {}, None
+    for line in prompt.splitlines():
+        if line.startswith("-----") and line.endswith("-----"):
+            name = line.strip("-")
+            tables[name] = []
+        elif name and line[:1].isdigit():
+            tables[name].append(line.split("|"))
+    return tables
+
+
+def _report(prompt: str) -> dict:
+    """A GraphRAG-shaped report naming the prompt's first row, with one finding per row, each
+    citing that row."""
+    t = _tables(prompt)
+    first = (t.get("Entities") or t.get("Reports") or [["0", "nothing"]])[0][1]
+    findings = [{"summary": row[1], "explanation": f"{row[-1]} [Data: {name} ({row[0]})]"}
+                for name in ("Entities", "Relationships", "Reports", "Sources") for row in t.get(name, [])]
+    return {"title": f"Report on {first}",
+            "summary": f"{len(t.get('Entities', []))} entities, {len(t.get('Relationships', []))} relationships, "
+                       f"{len(t.get('Reports', []))} sub-community reports, {len(t.get('Sources', []))} sources.",
+            "rating": 5, "rating_explanation": "fixed by the fake server", "findings": findings}
 
 
 class FakeOpenAI:
@@ -55,6 +81,8 @@ class FakeOpenAI:
         user = [m["content"] for m in body["messages"] if m["role"] == "user"]
         if "Evidence:" in body["messages"][0]["content"]:  # an answer request: cite the first evidence
             return f"The evidence says so [1]. (question: {user[-1]})"
+        if body["messages"][0]["content"].startswith("You write a report about one community"):
+            return json.dumps(_report(user[0]))
         if len(user) > 1:  # a gleaning round: nothing more to add
             return json.dumps({"entities": [], "relationships": []})
         mentions, assertions = extract_chunk(user[0], ExtractConfig())

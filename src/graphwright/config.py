@@ -93,11 +93,22 @@ class ClusterConfig(_Section):
 
 
 class ReportConfig(_Section):
-    mode: Literal["extractive"] = "extractive"
+    # extractive: no LLM, every sentence copied from the community's own text;
+    # llm: GraphRAG-shaped reports written by the llm section's model at index time, leaves first;
+    # lazy: llm reports written only when a query needs them (none at index time)
+    mode: Literal["extractive", "llm", "lazy"] = "extractive"
     min_size: int = Field(2, ge=1)
     max_sentences: int = Field(6, ge=1)
-    context_entities: int = Field(10, ge=1)  # a report is written from its top entities...
+    context_entities: int = Field(10, ge=1)  # an extractive report is written from its top entities...
     context_relationships: int = Field(20, ge=1)  # ...and heaviest relationships
+    # llm/lazy: a report's context (its data tables), in tokens of the chunker's tokenizer. A
+    # community whose own rows exceed it has its children's reports stand in for their members
+    context_tokens: int = Field(4000, ge=64)
+    child_report_tokens: int = Field(300, ge=16)  # each child report's share of its parent's context
+    context_chunks: int = Field(5, ge=0)  # text units added when the rows leave room for them
+    # an index run fails (publishes nothing) when more than this share of its LLM reports failed;
+    # below it, a failed report falls back to the extractive one and the next run retries it
+    max_failed_fraction: float = Field(0.1, ge=0, le=1)
 
 
 class EmbedConfig(_Section):

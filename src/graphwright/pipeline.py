@@ -30,7 +30,7 @@ from graphwright.extract import extractor_key, extractor_stage
 from graphwright.ingest import diff_documents, documents_table, read_sources
 from graphwright.lock import run_lock
 from graphwright.progress import StageProgress, stderr_console
-from graphwright.reports import build_reports
+from graphwright.reports import LLMReports, build_reports, generator_of, to_table
 from graphwright.resolve import resolve
 from graphwright.store import IndexStore, sql_list
 from graphwright.vectors import build_index, save_to
@@ -311,28 +311,12 @@ def _commit_extractions(run: "Run", results: list[pa.Table]) -> tuple[int, int, 
 
 
 def _record_llm_calls(run: "Run", stage: str, calls: pa.Table) -> None:
-    """New answers into the cache (failures and unusable answers are not cached, so the next run
-    asks again); every call, cache hit or not, into llm_calls."""
-    if not calls.num_rows:
-        return
-    llm = run.config.llm
-    rows = calls.to_pylist()
-    fresh = {r["key"]: r for r in rows if not r["cache_hit"] and r["error"] is None and r["response"] is not None}
-    if fresh:
-        run.store.upsert("llm_cache", pa.Table.from_pylist([
-            {"key": k, "model": llm.model, "prompt_version": r["prompt_version"], "response": r["response"],
-             "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"], "run_id": run.run_id}
-            for k, r in fresh.items()]))
-    records = {}
-    for r in rows:  # identical chunks share a request: one record per key
-        records.setdefault(r["key"], {
-            "run_id": run.run_id, "stage": stage, "key": r["key"], "item_id": r["chunk_id"], "engine": llm.engine,
-            "model": llm.model, "cache_hit": r["cache_hit"], "status": "ok" if r["error"] is None else "failed",
-            "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"],
-            "latency_s": r["latency_s"], "attempts": r["attempts"], "error": r["error"],
-        })
-    run.store.upsert("llm_calls", pa.Table.from_pylist(list(records.values())))
-    for r in records.values():
+    """Record a stage's calls (graphwright.llm.cache.record_calls) and add them to the run's totals."""
+    from graphwright.llm.cache import record_calls
+
+    if "chunk_id" in calls.column_names:  # extraction and summaries name the item by its chunk/row id
+        calls = calls.rename_columns(["item_id" if c == "chunk_id" else c for c in calls.column_names])
+    for r in record_calls(run.store, run.config.llm, run.run_id, stage, calls.to_pylist()):
         run.llm_totals["calls"] += 1
         run.llm_totals["cache_hits"] += r["cache_hit"]
         run.llm_totals["failed"] += r["status"] == "failed"
@@ -465,16 +449,49 @@ def stage_cluster(run: Run) -> dict:
         return {"per_level": per_level, "changes": diff}
 
 
+class TooManyReportFailures(TooManyFailures):
+    """More LLM reports failed than report.max_failed_fraction allows; nothing was published. The
+    reports that succeeded are in the LLM cache, so the next run does not pay for them again."""
+
+
 def stage_report(run: Run) -> dict:
-    store = run.store
+    store, cfg = run.store, run.config.report
     with run.stage("report") as m:
         communities = store.read("communities")
-        entities = store.read("entities")
-        relationships = store.read("relationships")
         previous = store.read("community_reports")
-        reports, stats = build_reports(communities, entities, relationships, run.config.report, previous)
+        if cfg.mode == "extractive":
+            reports, stats = build_reports(communities, store.read("entities"), store.read("relationships"), cfg, previous)
+            store.replace_if_changed("community_reports", reports)
+            m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
+                     work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
+            return stats
+        if not run.config.llm.model:  # lazy too: a query must not be the first to find out
+            raise ValueError(f"report.mode {cfg.mode} needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+        llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist())
+        gen = generator_of(run.config.llm)
+        current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
+        if cfg.mode == "lazy":
+            # nothing is written now; a report whose community is gone or whose inputs changed
+            # (or that is not this model's and prompt's) must not leak into this version
+            old = previous.select(["community_id", "input_hash", "generator"]).to_pylist()
+            stale = [r["community_id"] for r in old if current.get(r["community_id"]) != r["input_hash"] or r["generator"] != gen]
+            removed = store.delete_in("community_reports", "community_id", stale) if stale else 0
+            stats = {"built": 0, "reused": len(old) - len(stale), "removed": removed, "planned": len(current)}
+            m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
+            return stats
+        rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous.to_pylist()})
+        _record_llm_calls(run, "report", pa.Table.from_pylist(calls))
+        attempted = stats["built"] + stats["failed"]
+        if stats["failed"]:
+            run.log(f"[yellow]{stats['failed']} of {attempted} LLM reports failed[/]; they fall back to extractive reports and the next run retries them")
+        if stats["failed"] > cfg.max_failed_fraction * attempted:
+            example = next((c["error"] for c in calls if c["error"]), "a sub-community report failed")
+            raise TooManyReportFailures(
+                f"{stats['failed']} of {attempted} LLM reports failed, above report.max_failed_fraction={cfg.max_failed_fraction:g} "
+                f"(e.g. {example}); nothing was published, and the next run retries them")
+        reports = to_table(list(rows.values()))
         store.replace_if_changed("community_reports", reports)
-        m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
+        m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         return stats
 

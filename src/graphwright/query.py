@@ -143,8 +143,16 @@ class Searcher:
         ranked = [cid for n, level, cid in sorted(overlap, key=lambda t: (-t[0], -t[1], t[2])) if n]
         if not ranked:
             return []
-        reports = self.index.read("community_reports", columns=["community_id", "level", "title", "summary", "rating"],
-                                  where=f"community_id IN {sql_list(ranked[:50])}")
+        columns = ["community_id", "level", "title", "summary", "rating"]
+        if self.config.report.mode == "lazy":  # written now, for the communities this query returns
+            from graphwright.reports import ensure_reports
+
+            sizes = {c["community_id"]: len(c["entity_ids"]) for c in comms.to_pylist()}
+            touched = [c for c in ranked if sizes[c] >= self.config.report.min_size][:limit]
+            rows = ensure_reports(self.index.store, touched, self.config.report, _query_llm(self.config),
+                                  pins=self.index.manifest["table_versions"])
+            return [{k: r[k] for k in columns} for r in rows]
+        reports = self.index.read("community_reports", columns=columns, where=f"community_id IN {sql_list(ranked[:50])}")
         by_id = {r["community_id"]: r for r in reports.to_pylist()}
         return [by_id[c] for c in ranked if c in by_id][:limit]
 

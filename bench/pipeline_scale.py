@@ -1,0 +1,142 @@
+"""The pipeline's own cost as the corpus grows: per-stage wall and CPU seconds, throughput and
+peak memory at several corpus sizes, and the growth exponent of the total time.
+
+    python bench/pipeline_scale.py --chunks 1000,10000,100000 [--out /tmp/scale] [--executor local|ray]
+
+Extraction uses the zero-LLM `nlp` engine and embeddings the `hashing` engine, so what is
+measured is graphwright itself, not a model. Each size runs in a fresh process (its peak RSS is
+the peak memory; with --executor ray the Ray workers' memory is not included). The corpus is
+generated: documents of ~10 chunks whose sentences mention people, organisations and places
+drawn from Zipf-distributed populations, as names recur in real text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FIRST = ("Ada Alan Amara Anton Beatrix Bruno Carmen Cyrus Dara Dmitri Elena Emil Farah Felix Greta Hugo Ines Ivan Jonas Julia "
+         "Kenji Kira Lars Leila Mateo Mira Nadia Nils Olga Omar Petra Quentin Rosa Ravi Sana Stefan Tariq Tess Ulla Viktor "
+         "Wanda Xavier Yara Yusuf Zofia Zane Aiko Boris Celia Diego").split()
+LAST = ("Okafor Lindqvist Moreau Tanaka Novak Castillo Haddad Fischer Ivanova Mensah Kowalski Rossi Sato Abara Brandt "
+        "Costa Dumont Eriksen Ferreira Gallo Horvat Iqbal Jansen Kaur Laine Madsen Nakamura Oyelaran Petrov Quist Ramos "
+        "Schmidt Takahashi Ueda Varga Weber Xu Yilmaz Zielinski Achebe Bianchi Cohen Dubois Engel Fontaine Grieg Hale").split()
+ORG_WORDS = "Northwind Blue Harbor Granite Meridian Aurora Copper Summit Cedar Atlas Beacon Silver Orchid Falcon Tidal".split()
+ORG_KINDS = "Holdings Institute Foundation Labs Partners Council Works Trust Society Company".split()
+PLACES = ("Port Elling Amberfield Kestrel Island Greywater Valley Northmoor Saltmarsh Highcliff Dunmore Riverside "
+          "Eastbrook Westhaven Stonebridge Millford Oakridge Fairport Ashdown Redfern Lowmoor").split()
+FILLER = ("the committee reviewed the annual figures before the meeting ended and several members asked for more time to "
+          "study the proposal while others wanted a decision that week because the season was short and the roads "
+          "were poor after the storms").split()
+
+
+def _zipf_index(rng: random.Random, n: int, s: float = 1.1) -> int:
+    """An index in [0, n) with P(i) ~ 1/(i+1)^s, by inverse transform on the continuous bound."""
+    u = rng.random()
+    return min(n - 1, int(((n ** (1 - s) - 1) * u + 1) ** (1 / (1 - s))) - 1)
+
+
+class CorpusGenerator:
+    def __init__(self, seed: int = 7, people: int = 50_000, orgs: int = 5_000):
+        self.rng = random.Random(seed)
+        self.people = [f"{FIRST[i % len(FIRST)]} {LAST[(i // len(FIRST)) % len(LAST)]}"
+                       + (f" {LAST[(i // (len(FIRST) * len(LAST))) % len(LAST)]}" if i >= len(FIRST) * len(LAST) else "")
+                       for i in range(people)]
+        self.orgs = [f"{ORG_WORDS[i % len(ORG_WORDS)]} {ORG_WORDS[(i // len(ORG_WORDS)) % len(ORG_WORDS)]} {ORG_KINDS[(i // len(ORG_WORDS) ** 2) % len(ORG_KINDS)]}"
+                     for i in range(orgs)]
+
+    def sentence(self) -> str:
+        r = self.rng
+        person = lambda: self.people[_zipf_index(r, len(self.people))]  # noqa: E731
+        org = lambda: self.orgs[_zipf_index(r, len(self.orgs))]  # noqa: E731
+        place = PLACES[_zipf_index(r, len(PLACES))]
+        filler = " ".join(r.sample(FILLER, 8))
+        return r.choice((
+            f"{person()} met {person()} in {place} to discuss {filler}.",
+            f"{person()}, who leads {org()}, said that {filler}.",
+            f"In {place}, {org()} hired {person()} after {filler}.",
+            f"The report by {person()} and {person()} for {org()} noted that {filler}.",
+            f"Later {filler}.",
+        ))
+
+    def document(self, n: int, words: int) -> dict:
+        parts, count = [], 0
+        while count < words:
+            s = self.sentence()
+            parts.append(s)
+            count += len(s.split())
+        return {"id": f"doc-{n:07d}", "title": f"Document {n}", "text": " ".join(parts)}
+
+
+def generate(folder: Path, documents: int, words_per_doc: int, per_file: int = 10_000) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    gen = CorpusGenerator()
+    for start in range(0, documents, per_file):
+        with open(folder / f"part-{start // per_file:05d}.jsonl", "w") as f:
+            for n in range(start, min(documents, start + per_file)):
+                f.write(json.dumps(gen.document(n, words_per_doc)) + "\n")
+
+
+def run_one(corpus: Path, index: Path, executor: str) -> dict:
+    """Index `corpus` in this process; returns the per-stage metrics and the peak RSS."""
+    from graphwright.config import load_config
+    from graphwright.pipeline import run_index
+    from graphwright.store import IndexStore
+
+    config = load_config(None, {"embed": {"engine": "hashing"}, "execution": {"executor": executor, "commit_every": 4096}})
+    started = time.perf_counter()
+    summary = run_index([str(corpus)], index, config, show_progress=False, log=lambda m: None)
+    wall = time.perf_counter() - started
+    rows = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}'").to_pylist()
+    return {"chunks": summary["chunks"], "entities": summary["entities"], "relationships": summary["relationships"],
+            "communities": summary["communities"], "wall_s": wall,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "stages": {r["stage"]: {k: r[k] for k in ("wall_s", "cpu_s", "worker_cpu_s", "work_done", "work_unit", "rows_out")} for r in rows}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--chunks", default="1000,10000")
+    p.add_argument("--out", type=Path, default=Path("/tmp/graphwright-scale"))
+    p.add_argument("--executor", default="local", choices=("local", "ray"))
+    p.add_argument("--words-per-doc", type=int, default=1800)  # ~10 chunks of 254 tokens
+    p.add_argument("--one", nargs=2, metavar=("CORPUS", "INDEX"), help=argparse.SUPPRESS)  # child process
+    a = p.parse_args()
+    if a.one:
+        print(json.dumps(run_one(Path(a.one[0]), Path(a.one[1]), a.executor)))
+        return
+    results = []
+    for target in (int(x) for x in a.chunks.split(",")):
+        corpus, index = a.out / f"corpus-{target}", a.out / f"index-{target}"
+        documents = max(1, target // 10)
+        if not corpus.exists():
+            t = time.perf_counter()
+            generate(corpus, documents, a.words_per_doc)
+            print(f"generated {documents} documents for ~{target} chunks in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        subprocess.run(["rm", "-rf", str(index)], check=True)
+        child = subprocess.run([sys.executable, __file__, "--executor", a.executor, "--one", str(corpus), str(index)],
+                               capture_output=True, text=True)
+        if child.returncode:
+            print(child.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"the run for {target} chunks failed")
+        r = json.loads(child.stdout.strip().splitlines()[-1])
+        results.append(r)
+        stages = "  ".join(f"{name} {s['wall_s']:.1f}s" + (f" ({s['work_done'] / s['wall_s']:.0f} {s['work_unit']}/s)" if s["work_done"] and s["wall_s"] > 0.05 and name in ("chunk", "extract", "embed") else "")
+                           for name, s in r["stages"].items())
+        print(f"{r['chunks']:>8} chunks {r['entities']:>8} entities {r['relationships']:>9} relationships | "
+              f"total {r['wall_s']:7.1f} s  {r['chunks'] / r['wall_s']:6.0f} chunks/s  peak {r['peak_rss_mb']:7.0f} MB | {stages}", flush=True)
+    if len(results) >= 2:
+        a0, a1 = results[1 if len(results) > 2 else 0], results[-1]
+        exponent = math.log(a1["wall_s"] / a0["wall_s"]) / math.log(a1["chunks"] / a0["chunks"])
+        print(f"growth exponent of total time from {a0['chunks']} to {a1['chunks']} chunks: {exponent:.2f} (1 = linear)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""LLM community reports (report.mode: llm) and lazy reports (report.mode: lazy), against the fake
+OpenAI-compatible server, which answers a report prompt with a report citing every row it got."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow as pa
+import pytest
+from _helpers import CORPUS, assert_valid, make_config, run
+from fake_openai import FakeOpenAI
+
+from graphwright.extract.parse import ParseError
+from graphwright.llm_reports import Plan, parse_report, report_request
+from graphwright.pipeline import TooManyFailures
+from graphwright.publish import load_manifest
+from graphwright.query import query
+from graphwright.reports import LLMReports
+from graphwright.store import IndexStore
+
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 5}
+# small enough that the top-level communities' own rows do not fit, so their children's reports
+# stand in for them; large enough that the leaves keep all their rows
+BUDGET = {"context_tokens": 600, "child_report_tokens": 60}
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+def config(server, mode="llm", **report):
+    return make_config(report={"mode": mode, **BUDGET, **report},
+                       llm={"model": "fake-model", "base_url": server.base_url, "api_key_env": None, **FAST})
+
+
+def report_prompts(server) -> list[str]:
+    """The user message of every report request the server received, in order."""
+    return [b["messages"][1]["content"] for b in server.requests
+            if b.get("messages") and b["messages"][0]["content"].startswith("You write a report about one community")]
+
+
+def plans_of(store: IndexStore, cfg):
+    return LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    shutil.copytree(CORPUS, tmp_path / "corpus")
+    return tmp_path / "corpus"
+
+
+def test_parse_report_maps_references_and_tolerates_defects():
+    plan = Plan("c", 1, "h", entities=[("e1", "A|PERSON|a"), ("e2", "B|PERSON|b")], relationships=[("r1", "A|B|knows")],
+                chunks=[("t1", "text")], children=["k1"], rating=3.5)
+    refs = {"Entities": ["e1", "e2"], "Relationships": ["r1"], "Sources": ["t1"], "Reports": ["k1"]}
+    text = ('Here it is:\n```json\n{"title": "A and B", "summary": "They know each other [Data: Entities (2)].",'
+            ' "rating": "high", "findings": [{"summary": "A knows B", "explanation": "So it says '
+            '[Data: Entities (1, 7, +more); Relationships (1); Sources (1); Reports (1)]."}, "a bare finding",],}\n```')
+    row = parse_report(text, plan, refs)
+    assert row["title"] == "A and B"
+    assert row["rating"] == 3.5  # not a number: the plan's rating
+    assert (row["entity_ids"], row["relationship_ids"], row["chunk_ids"], row["sub_community_ids"]) == (["e1", "e2"], ["r1"], ["t1"], ["k1"])
+    assert '"a bare finding"' in row["findings"] and row["full_content"].startswith("# A and B")
+    assert parse_report('{"title": "x", "summary": "y", "rating": 42}', plan, refs)["rating"] == 10.0
+    with pytest.raises(ParseError):
+        parse_report('{"summary": "no title"}', plan, refs)
+    with pytest.raises(ParseError):
+        parse_report("I cannot write that report.", plan, refs)
+
+
+def test_llm_reports_leaves_first_and_parents_read_their_children(server, corpus, tmp_path):
+    cfg = config(server)
+    summary = run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    reports = {r["community_id"]: r for r in assert_valid(store, "community_reports").to_pylist()}
+    plans = plans_of(store, cfg)
+    assert set(reports) == set(plans) and summary["recomputed"]["reports_built"] == len(plans)
+    assert {r["generator"] for r in reports.values()} == {"llm:fake-model@report-v1"}
+    assert {r["input_hash"] for r in reports.values()} == {p.input_hash for p in plans.values()}
+    prompts = report_prompts(server)
+    order = {cid: prompts.index(report_request(plan, reports, cfg.report, cfg.llm)[0].messages[1][1]) for cid, plan in plans.items()}
+    assert sorted(order.values()) == list(range(len(plans)))  # one request per report
+    levels = [plans[cid].level for cid in sorted(order, key=order.get)]
+    assert levels == sorted(levels, reverse=True)  # deepest level first
+    parents = [p for p in plans.values() if p.children]
+    assert parents, "the budget should make some parent use its children's reports"
+    for parent in parents:
+        prompt = prompts[order[parent.community_id]]
+        for child in parent.children:
+            assert order[child] < order[parent.community_id]
+            assert reports[child]["title"] in prompt
+        # the fake cites every row: references map back to the rows the prompt listed
+        assert reports[parent.community_id]["sub_community_ids"] == sorted(parent.children)
+        assert reports[parent.community_id]["entity_ids"] == sorted(e for e, _ in parent.entities)
+    calls = store.read("llm_calls", where="stage = 'report'").to_pylist()
+    assert len(calls) == len(plans) and all(c["status"] == "ok" and not c["cache_hit"] for c in calls)
+    assert {c["item_id"] for c in calls} == set(plans)
+
+
+def test_rerun_reuses_reports_and_the_cache(server, corpus, tmp_path):
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    n = store.count("community_reports")
+    asked = len(server.requests)
+    again = run([corpus], tmp_path / "index", cfg)
+    assert len(server.requests) == asked  # zero new calls
+    assert again["recomputed"]["reports_reused"] == n and again["recomputed"]["reports_built"] == 0
+    assert again["new_version"] is False
+    # without the reports table, the answers come from the LLM cache: still zero new calls
+    store.delete("community_reports", "true")
+    rebuilt = run([corpus], tmp_path / "index", cfg)
+    assert len(server.requests) == asked
+    assert rebuilt["recomputed"]["reports_built"] == n and rebuilt["llm"]["cache_hits"] == n == rebuilt["llm"]["calls"]
+
+
+def test_changed_community_regenerates_only_itself_and_its_ancestors(server, corpus, tmp_path):
+    cfg = config(server)
+    run([corpus], tmp_path / "index", make_config())  # the graph; reports written below
+    store = IndexStore(tmp_path / "index")
+    communities = store.read("communities").to_pylist()
+    first = LLMReports(store, cfg.report, cfg.llm, communities)
+    rows, calls, _ = first.write(sorted(first.plans), {})
+    assert len(calls) == len(first.plans)
+    # change the description of one entity of a deepest-level community
+    deepest = max(c["level"] for c in communities if c["community_id"] in first.plans)
+    leaf = next(c for c in sorted(communities, key=lambda c: c["community_id"]) if c["level"] == deepest and c["community_id"] in first.plans)
+    target = leaf["entity_ids"][0]
+    entities = store.read("entities").to_pylist()
+    for e in entities:
+        if e["entity_id"] == target:
+            e["description"] = "A rewritten description that no report has seen."
+    store.overwrite("entities", pa.Table.from_pylist(entities, schema=store.read("entities").schema))
+    second = LLMReports(store, cfg.report, cfg.llm, communities)
+    _, calls, stats = second.write(sorted(second.plans), {r["input_hash"]: r for r in rows.values()})
+    containing = {c["community_id"] for c in communities if target in c["entity_ids"] and c["community_id"] in first.plans}
+    assert len(containing) > 1  # the leaf and at least one ancestor
+    assert {c["item_id"] for c in calls} == containing
+    assert stats == {"built": len(containing), "reused": len(first.plans) - len(containing), "failed": 0}
+
+
+def test_failed_report_falls_back_to_extractive_and_is_retried(server, corpus, tmp_path):
+    server.fault("Hollis Wren", "always:503")
+    cfg = config(server, max_failed_fraction=1.0)
+    first = run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    reports = store.read("community_reports").to_pylist()
+    fallen = {r["community_id"] for r in reports if r["generator"] == "extractive@2 fallback"}
+    assert fallen and first["llm"]["failed"] >= 1
+    assert all("LLM report failed" in r["rating_explanation"] for r in reports if r["community_id"] in fallen)
+    failed_calls = store.read("llm_calls", where="stage = 'report' AND status = 'failed'").to_pylist()
+    assert failed_calls and all("503" in c["error"] for c in failed_calls)
+    server.faults.clear()
+    asked = len(report_prompts(server))
+    second = run([corpus], tmp_path / "index", cfg)
+    assert second["recomputed"]["reports_built"] == len(fallen)  # only the failed ones (and parents over them) again
+    assert len(report_prompts(server)) - asked == len(fallen) >= len(failed_calls)
+    assert not any(r["generator"].endswith("fallback") for r in store.read("community_reports").to_pylist())
+
+
+def test_too_many_failed_reports_fail_the_run(server, corpus, tmp_path):
+    server.fault("|", "always:400")  # every report prompt has table rows
+    cfg = config(server, max_failed_fraction=0.1)
+    with pytest.raises(TooManyFailures, match="LLM reports failed"):
+        run([corpus], tmp_path / "index", cfg)
+    assert IndexStore(tmp_path / "index").count("index_manifest") == 0  # nothing published
+
+
+def test_lazy_reports_are_written_by_queries_and_reused(server, corpus, tmp_path):
+    cfg = config(server, mode="lazy")
+    index = tmp_path / "index"
+    summary = run([corpus], index, cfg)
+    store = IndexStore(index)
+    assert summary["reports"] == 0 and store.count("community_reports") == 0
+    assert report_prompts(server) == [] and store.count("llm_calls") == 0
+    plans = plans_of(store, cfg)
+
+    first = query(str(index), "What did Tobias Reed show the council about the harbor fees?", answer=False)
+    written = {r["community_id"]: r for r in store.read("community_reports").to_pylist()}
+    assert first["reports"] and {r["community_id"] for r in first["reports"]} <= set(written)
+    assert 0 < len(written) < len(plans)  # only what the query touched (and the children those need)
+    assert len(report_prompts(server)) == len(written)
+    assert all(written[c]["input_hash"] == plans[c].input_hash for c in written)
+    assert {c["item_id"] for c in store.read("llm_calls", where="stage = 'report'").to_pylist()} == set(written)
+
+    asked = len(server.requests)
+    second = query(str(index), "What did Tobias Reed show the council about the harbor fees?", answer=False)
+    assert len(server.requests) == asked  # zero calls
+    assert second["reports"] == first["reports"]
+
+    # an unchanged re-index keeps them, and the version it publishes carries them
+    again = run([corpus], index, cfg)
+    assert store.count("community_reports") == len(written)
+    assert load_manifest(store)["counts"]["community_reports"] == len(written)
+    assert again["recomputed"]["reports_reused"] == len(written)
+    # the first version pinned an empty table; its queries find the reports by input hash
+    old = query(str(index), "What did Tobias Reed show the council about the harbor fees?", answer=False, version=1)
+    assert len(server.requests) == asked and old["reports"] == first["reports"]
+
+
+def test_lazy_index_drops_reports_whose_inputs_changed(server, corpus, tmp_path):
+    cfg = config(server, mode="lazy")
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    for question in ("Who is Mara Voss?", "What did Tobias Reed show the council?", "Greywater River clinic Amberfield"):
+        query(str(index), question, answer=False)
+    before = {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()}
+    river = corpus / "notes" / "river.txt"
+    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
+    run([corpus], index, cfg)
+    plans = plans_of(store, cfg)
+    after = {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()}
+    # exactly the reports whose community still exists with the same inputs survive
+    assert after == {c: h for c, h in before.items() if c in plans and plans[c].input_hash == h}
+    assert 0 < len(after) < len(before)
+
+
+def test_llm_and_lazy_reports_need_a_model(corpus, tmp_path):
+    for mode in ("llm", "lazy"):
+        with pytest.raises(ValueError, match="needs an LLM"):
+            run([corpus], tmp_path / mode, make_config(report={"mode": mode}))
+        assert IndexStore(tmp_path / mode).count("index_manifest") == 0
