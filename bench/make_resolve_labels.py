@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from resolve_data import extract_corpus, load_corpus  # noqa: E402
+from resolve_data import extract_corpus, load_corpus
 
 HERE = Path(__file__).parent / "data"
 NOVEL_NAMES = ["Windibrook", "Masterton", "Starbottle", "Tarbox", "Bilson", "Curgenven", "Jallinger", "Dimwood",

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from resolve_data import extract_corpus, load_corpus  # noqa: E402
+from resolve_data import extract_corpus, load_corpus
 
-from graphwright.config import EmbedConfig, ResolveConfig  # noqa: E402
-from graphwright.resolve import resolve  # noqa: E402
+from graphwright.config import EmbedConfig, ResolveConfig
+from graphwright.resolve import resolve
 
 DATA = Path(__file__).parent / "data"
 

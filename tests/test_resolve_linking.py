@@ -185,7 +185,7 @@ def test_adjudicate_asks_through_the_cache(tmp_path, monkeypatch):
 def test_faiss_neighbours_exclude_self_and_are_deterministic():
     keys = ["scrooge", "scroge", "marley", "marly", "london", "londen", "cratchit"]
     vecs = ngram_vectors(keys, 64)
-    scores, idx = neighbours(vecs, 2)
+    _, idx = neighbours(vecs, 2)
     assert idx.shape == (7, 2) and all(idx[i, 0] != i for i in range(7))
     assert keys[idx[0, 0]] == "scroge" and keys[idx[2, 0]] == "marly"
     # the IVF path (large inputs) gives the same answer twice
@@ -229,7 +229,7 @@ def test_pipeline_update_undoes_and_redoes_merges_like_a_fresh_build(tmp_path):
         t = IndexStore(index).read("entity_aliases")
         return dict(zip(t.column("alias").to_pylist(), t.column("entity_id").to_pylist()))
 
-    quiet = lambda msg: None  # noqa: E731
+    quiet = lambda msg: None
     run_index([str(src)], tmp_path / "idx", config, show_progress=False, log=quiet)
     before = aliases(tmp_path / "idx")
     assert before["Scrooge"] != before["Ebenezer Scrooge"]  # ambiguous while Fred Scrooge is there

@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
-
 import pyarrow as pa
 
 from graphwright import ids, tables
@@ -56,7 +55,7 @@ def merge_descriptions(descriptions: list[tuple[object, str]], max_chars: int) -
 
 
 def _pick_name(surfaces: Counter) -> str:
-    return sorted(surfaces.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0][0]
+    return min(surfaces.items(), key=lambda kv: (-kv[1], -len(kv[0]), kv[0]))[0]
 
 
 Adjudicator = Callable[[list[tuple[PairEvidence, KeyProfile, KeyProfile]]], dict[tuple[str, str], bool]]
@@ -96,7 +95,7 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
 def _canonical(keys: list[str], groups: dict) -> str:
     """The cluster's most mentioned key (then the longer, then the first): adding a rare variant
     does not change an entity's id."""
-    return sorted(keys, key=lambda k: (-groups[k]["n"], -len(k), k))[0]
+    return min(keys, key=lambda k: (-groups[k]["n"], -len(k), k))
 
 
 def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,

@@ -12,6 +12,8 @@ from graphwright.resolve_scoring import KeyProfile, PairEvidence
 from graphwright.store import IndexStore
 
 PROMPT_VERSION = "resolve-adjudicate-v1"
+SYSTEM = ("You decide whether two names extracted from one corpus refer to the same real-world entity. "
+          'Answer with JSON {"same": true} or {"same": false}. When unsure, answer false.')
 SCHEMA = {"type": "object", "properties": {"same": {"type": "boolean"}}, "required": ["same"]}
 
 
@@ -22,8 +24,7 @@ def adjudication_request(a: KeyProfile, b: KeyProfile, config) -> LLMRequest:
 
     return LLMRequest(
         messages=(
-            ("system", "You decide whether two names extracted from one corpus refer to the same real-world entity. "
-                       'Answer with JSON {"same": true} or {"same": false}. When unsure, answer false.'),
+            ("system", SYSTEM),
             ("user", f"A: {show(a)}\nB: {show(b)}"),
         ),
         json_schema=SCHEMA,
