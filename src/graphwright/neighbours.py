@@ -4,7 +4,7 @@
 most similar other rows by inner product (cosine): `(scores [n, k], indices [n, k])`, -1 where
 there are fewer than k others.
 
-- faiss (CPU, default): exact flat search up to `exact_up_to` rows, else IVF-Flat (trained with
+- faiss (CPU, default): exact flat search up to `exact_up_to` rows (quadratic), else IVF-Flat (trained with
   faiss's fixed k-means seed, so the same rows give the same neighbours).
 - cuvs (GPU, optional [gpu] extra): brute force up to `exact_up_to` rows, else CAGRA. Imported
   lazily, never needed on the CPU path.
@@ -66,7 +66,7 @@ def _cuvs_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndar
 ENGINES = {"faiss": _faiss_search, "cuvs": _cuvs_search}
 
 
-def neighbours(vectors: np.ndarray, k: int, engine: str = "faiss", exact_up_to: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
+def neighbours(vectors: np.ndarray, k: int, engine: str = "faiss", exact_up_to: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
     """Top-k neighbours of each row among the other rows (self excluded), best first."""
     n = vectors.shape[0]
     if n < 2 or k < 1:

@@ -118,19 +118,22 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
                 overflow[(table, row_id)] = (name, ordered)
         return merged
 
+    to_key = resolution_key if config.method == "linked" else normalize_name
     keys_of: dict[str, str] = {}
 
-    def key_of(name: str) -> str:
-        k = keys_of.get(name)
-        if k is None:
-            k = keys_of[name] = resolution_key(name) if config.method == "linked" else normalize_name(name)
-        return k
+    def keys(column: pa.ChunkedArray) -> list[str]:
+        """The key of every name, normalizing each distinct name once (Arrow dictionary encoding)."""
+        encoded = column.combine_chunks().dictionary_encode() if len(column) else pa.array([], pa.string()).dictionary_encode()
+        distinct = encoded.dictionary.to_pylist()
+        for name in distinct:
+            if name not in keys_of:
+                keys_of[name] = to_key(name)
+        return pa.array([keys_of[n] for n in distinct], pa.string()).take(encoded.indices).to_pylist()
 
     groups: dict[str, dict] = {}
     alias_counts: Counter = Counter()
     cols = [mentions.column(c).to_pylist() for c in ("name", "type", "description", "count", "chunk_id", "doc_id")]
-    for name, etype, desc, count, cid, did in zip(*cols):
-        key = key_of(name)
+    for key, name, etype, desc, count, cid, did in zip(keys(mentions.column("name")), *cols):
         g = groups.get(key)
         if g is None:
             g = groups[key] = {"surfaces": Counter(), "types": Counter(), "descs": [], "chunks": set(), "docs": set(), "n": 0}
@@ -144,9 +147,8 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
 
     key_assertions = []
     neighbours: dict[str, set] = {}
-    cols = [assertions.column(c).to_pylist() for c in ("source", "target", "description", "weight", "chunk_id", "doc_id")]
-    for src, tgt, desc, weight, cid, did in zip(*cols):
-        a, b = key_of(src), key_of(tgt)
+    cols = [assertions.column(c).to_pylist() for c in ("description", "weight", "chunk_id", "doc_id")]
+    for a, b, desc, weight, cid, did in zip(keys(assertions.column("source")), keys(assertions.column("target")), *cols):
         if a not in groups or b not in groups or a == b:
             continue  # an endpoint no mention supports, or two names of one key
         key_assertions.append((a, b, desc, weight, cid, did))
@@ -156,10 +158,13 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
     label, accepted = {k: k for k in groups}, {}
     if config.method == "linked" and len(groups) > 1:
         profiles = {
-            k: KeyProfile(k, g["n"], dict(g["types"]), g["chunks"], neighbours.get(k, set()),
-                          f"{_pick_name(g['surfaces'])}: {next(iter(ordered_descriptions(g['descs'])), '')}"[:300])
+            k: KeyProfile(k, g["n"], dict(g["types"]), g["chunks"], neighbours.get(k, set()))
             for k, g in groups.items()
         }
+        if config.embeddings or config.adjudicate:  # a text per name, for the embedding or the LLM
+            for k, p in profiles.items():
+                g = groups[k]
+                p.text = f"{_pick_name(g['surfaces'])}: {next(iter(ordered_descriptions(g['descs'])), '')}"[:300]
         label, accepted, link_stats = link_keys(profiles, config, embed if config.embeddings else None,
                                                 adjudicate if config.adjudicate else None)
         if stats is not None:
@@ -241,7 +246,7 @@ def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
     evidence_of = {k: merge_evidence(k) for k in groups}
     alias_rows = []
     for alias, n in sorted(alias_counts.items()):
-        k = key_of(alias)
+        k = keys_of[alias]
         how, why = evidence_of[k]
         alias_rows.append({"alias": alias, "entity_id": key_to_id[k], "method": how, "evidence": why, "mention_count": n})
 

@@ -17,6 +17,7 @@ assertions, so a merge disappears with the evidence for it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,10 +43,10 @@ class KeyProfile:
     def tokens(self) -> tuple[str, ...]:
         return tuple(self.key.split())
 
-    @property
+    @functools.cached_property
     def known_type(self) -> str | None:
-        typed = sorted(((n, t) for t, n in self.types.items() if t not in UNTYPED), key=lambda x: (-x[0], x[1]))
-        return typed[0][1] if typed else None
+        typed = [(-n, t) for t, n in self.types.items() if t not in UNTYPED]
+        return min(typed)[1] if typed else None
 
 
 @dataclass(frozen=True)
@@ -117,13 +118,17 @@ def name_score(a: str, b: str) -> tuple[float, bool]:
     return max(spelling_score(a, b), CONTAINED if is_contained else 0.0), is_contained
 
 
-def overlap(x: set, y: set, full_at: int = 2) -> float:
-    """Overlap coefficient, discounted below `full_at` shared items (one shared hub neighbour
-    is weak evidence)."""
-    if not x or not y:
+def overlap(x: set, y: set, exclude: tuple = (), full_at: int = 2) -> float:
+    """Overlap coefficient of x and y leaving out `exclude`, discounted below `full_at` shared
+    items (one shared hub neighbour is weak evidence). No copies: popular keys have large sets."""
+    shared = len(x & y) if len(x) <= len(y) else len(y & x)
+    nx, ny = len(x), len(y)
+    for item in exclude:
+        in_x, in_y = item in x, item in y
+        nx, ny, shared = nx - in_x, ny - in_y, shared - (in_x and in_y)
+    if nx <= 0 or ny <= 0 or shared <= 0:
         return 0.0
-    shared = len(x & y)
-    return shared / min(len(x), len(y)) * min(1.0, shared / full_at)
+    return shared / min(nx, ny) * min(1.0, shared / full_at)
 
 
 class PairScorer:
@@ -149,7 +154,7 @@ class PairScorer:
         else:
             types = "compatible" if ta and tb else "untyped"
         name, is_contained = name_score(a, b)
-        neigh = overlap(pa_.neighbours - {b}, pb.neighbours - {a})
+        neigh = overlap(pa_.neighbours, pb.neighbours, (a, b))
         chunks = overlap(pa_.chunks, pb.chunks)
         emb = None
         if self.vectors is not None:
