@@ -49,18 +49,37 @@ def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.nda
     return index.search(vectors, k + 1)
 
 
+def _to_device(vectors: np.ndarray):
+    try:
+        import cupy as cp
+
+        return cp.asarray(vectors)
+    except ImportError:
+        from pylibraft.common import device_ndarray
+
+        return device_ndarray(vectors)
+
+
+def _to_host(array) -> np.ndarray:
+    return np.asarray(array.copy_to_host() if hasattr(array, "copy_to_host") else array.get())
+
+
 def _cuvs_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndarray, np.ndarray]:
-    import cupy as cp
     from cuvs.neighbors import brute_force, cagra
 
-    data = cp.asarray(vectors)
+    data = _to_device(vectors)
     if vectors.shape[0] <= exact_up_to:
         index = brute_force.build(data, metric="inner_product")
-        distances, indices = brute_force.search(index, data, k + 1)
+        _, indices = brute_force.search(index, data, k + 1)
     else:
         index = cagra.build(cagra.IndexParams(metric="inner_product"), data)
-        distances, indices = cagra.search(cagra.SearchParams(), index, data, k + 1)
-    return cp.asnumpy(cp.asarray(distances)), cp.asnumpy(cp.asarray(indices)).astype(np.int64)
+        _, indices = cagra.search(cagra.SearchParams(), index, data, k + 1)
+    idx = _to_host(indices).astype(np.int64)
+    # scores recomputed on the host: one convention (cosine, best first) whatever the engine returns
+    valid = (idx >= 0) & (idx < vectors.shape[0])
+    scores = np.where(valid, np.einsum("nd,nkd->nk", vectors, vectors[np.where(valid, idx, 0)]), -np.inf)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.take_along_axis(scores, order, 1).astype(np.float32), np.take_along_axis(np.where(valid, idx, -1), order, 1)
 
 
 ENGINES = {"faiss": _faiss_search, "cuvs": _cuvs_search}
