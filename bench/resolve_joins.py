@@ -8,7 +8,8 @@ The joins, on mentions from bench/resolve_scale.py's generator with their name k
   4. distinct (entity pair, chunk) support pairs.
 Every engine computes the same four results (row counts are printed to show it). Each engine and
 size runs in a fresh process; seconds exclude generating the input and starting the engine (Ray's
-start is printed apart). Peak RSS is the driver's (Ray's workers are other processes).
+start is printed apart). CPU seconds are the driver process's (Dask's threads included; Ray's
+workers are other processes, so its figure is only the driver's share); so is peak RSS.
 
     /work/venvs/resolve-bench/bin/python bench/resolve_joins.py [--sizes 1000000,5000000] [--engines arrow,dask,ray]
 
@@ -99,9 +100,10 @@ def one(n: int, engine: str) -> dict:
         ray.data.DataContext.get_current().enable_progress_bars = False
         start = time.perf_counter() - t
     fn = {"arrow": run_arrow, "dask": run_dask, "ray": run_ray}[engine]
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     rows = fn(m, a, e)
-    return {"mentions": n, "engine": engine, "seconds": round(time.perf_counter() - t, 2), "start_s": round(start, 1),
+    return {"mentions": n, "engine": engine, "seconds": round(time.perf_counter() - t, 2),
+            "cpu_s": round(time.process_time() - cpu, 2), "start_s": round(start, 1),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "rows": rows}
 
 
@@ -115,7 +117,7 @@ def main() -> int:
     if args.one:
         print(json.dumps(one(args.one, args.engine)))
         return 0
-    print(f"{'mentions':>9} {'engine':<6} {'seconds':>8} {'start s':>8} {'peak MiB':>9}  rows (key agg, key-chunk, pair agg, pair-chunk)")
+    print(f"{'mentions':>9} {'engine':<6} {'seconds':>8} {'cpu s':>7} {'start s':>8} {'peak MiB':>9}  rows (key agg, key-chunk, pair agg, pair-chunk)")
     for n in (int(s) for s in args.sizes.split(",")):
         for engine in args.engines.split(","):
             out = subprocess.run([sys.executable, __file__, "--one", str(n), "--engine", engine], capture_output=True, text=True, check=False)
@@ -123,7 +125,7 @@ def main() -> int:
                 print(f"{n:>9} {engine:<6} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{n:>9} {engine:<6} {r['seconds']:>8.2f} {r['start_s']:>8.1f} {r['peak_rss_mib']:>9}  {r['rows']}", flush=True)
+            print(f"{n:>9} {engine:<6} {r['seconds']:>8.2f} {r['cpu_s']:>7.2f} {r['start_s']:>8.1f} {r['peak_rss_mib']:>9}  {r['rows']}", flush=True)
     return 0
 
 
