@@ -70,9 +70,11 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
     scorer = PairScorer(profiles, dict(zip(keys, vectors)) if vectors is not None else None)
     generated = candidate_pairs(keys, config, vectors)
     pairs = sorted(set().union(*generated.values()))
-    accepted, borderline = {}, []
+    accepted, borderline, contained_pairs = {}, [], []
     for i, j in pairs:
         e = scorer(keys[i], keys[j])
+        if e.contained and e.score >= config.borderline_threshold:
+            contained_pairs.append(e)
         if e.score >= config.accept_threshold:
             accepted[(e.a, e.b)] = (e, "linked")
         elif e.score >= config.borderline_threshold:
@@ -85,7 +87,7 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
                 accepted[(e.a, e.b)] = (e, "llm")
                 llm_yes += 1
     label, cstats = coherent_clusters(keys, {p: e for p, (e, _) in accepted.items()}, scorer,
-                                      config.min_link, config.max_cluster_keys)
+                                      config.min_link, config.max_cluster_keys, contained_pairs)
     stats = {"keys": len(keys), **{f"candidates_{g}": len(p) for g, p in generated.items()},
              "pairs_scored": len(pairs), "accepted": len(accepted) - llm_yes, "borderline": len(borderline),
              "llm_accepted": llm_yes, **cstats, "keys_merged": sum(1 for k in keys if label[k] != k)}

@@ -3,8 +3,8 @@
 Connected components chain: 'scrooge' ~ 'ebenezer scrooge' and 'scrooge' ~ 'fred scrooge' would
 put two people in one entity. Instead:
 
-1. Ambiguous short names are not merged: a name contained in two accepted longer names that do
-   not link with each other (a bare surname shared by two full names) keeps its own entity.
+1. Ambiguous short names are not merged: a name contained in two candidate longer names that
+   do not link with each other (a bare surname shared by two full names) keeps its own entity.
 2. Accepted pairs are merged best-first (score, then keys: deterministic), and two clusters join
    only if every pair across them links (complete linkage): score >= `min_link`, or a pair an
    LLM accepted. Clusters stop at `max_keys` keys.
@@ -18,16 +18,21 @@ from graphwright.resolve_scoring import PairEvidence
 
 
 def coherent_clusters(keys: list[str], accepted: dict[tuple[str, str], PairEvidence],
-                      score: Callable[[str, str], PairEvidence], min_link: float, max_keys: int) -> tuple[dict[str, str], dict]:
-    """({key: cluster representative}, stats). Representatives are only cluster labels here."""
+                      score: Callable[[str, str], PairEvidence], min_link: float, max_keys: int,
+                      scored: list[PairEvidence] = ()) -> tuple[dict[str, str], dict]:
+    """({key: cluster representative}, stats). Representatives are only cluster labels here.
+    `scored`: every candidate pair scored, accepted or not; a short name contained in two longer
+    names among them is ambiguous even if only one of the pairs had the context to be accepted."""
     def links(a: str, b: str) -> bool:
         return (min(a, b), max(a, b)) in accepted or score(a, b).score >= min_link
 
     partners: dict[str, list[str]] = {}  # short name -> the longer names that contain it
-    for (a, b), e in accepted.items():
+    for e in list(accepted.values()) + list(scored):
+        a, b = e.a, e.b
         if e.contained:
             short, long = (a, b) if len(a.split()) < len(b.split()) else (b, a)
-            partners.setdefault(short, []).append(long)
+            if long not in partners.get(short, ()):
+                partners.setdefault(short, []).append(long)
     ambiguous = set()
     for k, ps in partners.items():
         ps = sorted(ps)
