@@ -72,7 +72,24 @@ class ExtractConfig(_Section):
 
 
 class ResolveConfig(_Section):
-    method: Literal["normalized_name"] = "normalized_name"
+    # normalized_name: merge exact normalized names only; linked: also merge name variants whose
+    # pair score passes the thresholds below (graphwright.resolve_scoring), clustered coherently
+    method: Literal["normalized_name", "linked"] = "linked"
+    accept_threshold: float = Field(0.75, ge=0, le=1)  # pair score from which a pair is merged
+    # pairs scoring in [borderline_threshold, accept_threshold) go to the LLM when adjudicate is on
+    borderline_threshold: float = Field(0.6, ge=0, le=1)
+    adjudicate: bool = False
+    min_link: float = Field(0.5, ge=0, le=1)  # every pair inside a cluster must score this much
+    max_cluster_keys: int = Field(32, ge=2)
+    ann_engine: Literal["faiss", "cuvs"] = "faiss"  # cuvs: GPU, [gpu] extra
+    neighbours_k: int = Field(10, ge=1)
+    ngram_dim: int = Field(128, ge=16)
+    min_ngram_cosine: float = Field(0.3, ge=0, le=1)
+    max_block: int = Field(64, ge=2)  # token blocks larger than this (common words) are skipped
+    # also compare name + description embeddings (embed section's engine): costs one embedding
+    # per distinct name
+    embeddings: bool = False
+    min_embedding_cosine: float = Field(0.8, ge=0, le=1)
     description_max_chars: int = Field(1200, ge=100)
     # above the budget, have the LLM (llm section) summarize all descriptions instead of keeping
     # only those that fit

@@ -41,3 +41,19 @@ def normalize_name(name: str) -> str:
 def has_honorific(name: str) -> bool:
     first = _PUNCT.sub(" ", name.casefold()).split()
     return bool(first) and first[0] in HONORIFICS and len(first) > 1
+
+
+FEMALE_HONORIFICS = {"mrs", "miss", "ms", "madam", "madame", "mme", "mlle", "lady", "dame", "mistress"}
+
+
+def resolution_key(name: str) -> str:
+    """The merge key entity resolution starts from: normalize_name, except that a female
+    honorific stays ('Mrs. Bilson' -> 'mrs bilson'): in fiction 'Mrs. Cratchit' is rarely the
+    'Cratchit' of the same book, and linking never merges across it (resolve_scoring)."""
+    key = normalize_name(name)
+    first = _PUNCT.sub(" ", unicodedata.normalize("NFKC", name).casefold()).split()
+    if first and first[0] == "the":
+        first = first[1:]
+    if len(first) > 1 and first[0] in FEMALE_HONORIFICS and not key.startswith(first[0] + " "):
+        return f"{first[0]} {key}"
+    return key

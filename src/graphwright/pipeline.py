@@ -24,7 +24,7 @@ from graphwright.chunking import Chunker
 from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.costs import stage_cost
-from graphwright.embed import EmbedBatch, model_name
+from graphwright.embed import EmbedBatch, make_embedder, model_name
 from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
 from graphwright.ingest import diff_documents, documents_table, read_sources
@@ -401,15 +401,40 @@ def stage_resolve(run: Run) -> dict:
         source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
         positions = {c: (source_key.get(d, ""), i) for c, d, i in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "chunk_index")))}
         overflow: dict | None = {} if run.config.resolve.summarize else None
-        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve, positions, overflow)
+        linking: dict = {}
+        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve, positions, overflow,
+                                                   embed=_resolve_embedder(run), adjudicate=_resolve_adjudicator(run),
+                                                   stats=linking)
         if overflow:
             entities, relationships = _summarize_descriptions(run, overflow, entities, relationships)
         diffs = {name: store.replace_if_changed(name, table)
                  for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
         m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,
                  entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs,
-                 work_unit="mentions", work_done=mentions.num_rows, work_total=mentions.num_rows)
+                 linking=linking, work_unit="mentions", work_done=mentions.num_rows, work_total=mentions.num_rows)
         return diffs
+
+
+def _resolve_embedder(run: Run):
+    if not run.config.resolve.embeddings:
+        return None
+    return make_embedder(run.config.embed).encode
+
+
+def _resolve_adjudicator(run: Run):
+    """Borderline pairs to the LLM, through the cache; the calls are recorded."""
+    if not run.config.resolve.adjudicate:
+        return None
+    if not run.config.llm.model:
+        raise ValueError("resolve.adjudicate needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+    from graphwright.resolve_adjudicate import adjudicate
+
+    def decide(pairs):
+        verdicts, calls = adjudicate(run.store, pairs, run.config.llm)
+        _record_llm_calls(run, "resolve", pa.Table.from_pylist(calls))
+        return verdicts
+
+    return decide
 
 
 def _summarize_descriptions(run: Run, overflow: dict, entities: pa.Table, relationships: pa.Table) -> tuple[pa.Table, pa.Table]:

@@ -1,0 +1,100 @@
+"""Approximate nearest neighbours for entity resolution, one interface over two engines.
+
+`neighbours(vectors, k, engine)` returns, for every row of an L2-normalized float32 matrix, its k
+most similar other rows by inner product (cosine): `(scores [n, k], indices [n, k])`, -1 where
+there are fewer than k others.
+
+- faiss (CPU, default): exact flat search up to `exact_up_to` rows (quadratic), else IVF-Flat (trained with
+  faiss's fixed k-means seed, so the same rows give the same neighbours).
+- cuvs (GPU, optional [gpu] extra): brute force up to `exact_up_to` rows, else CAGRA. Imported
+  lazily, never needed on the CPU path.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+
+def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
+    """Hashed character n-gram counts ('#scrooge#' -> '#sc', 'scr', ...), L2-normalized, so that
+    inner product approximates n-gram cosine similarity. crc32 hashing is the same in every
+    process (Python's hash() is salted per process)."""
+    rows, cols = [], []
+    for i, text in enumerate(texts):
+        padded = f"#{text}#"
+        for j in range(max(1, len(padded) - n + 1)):
+            rows.append(i)
+            cols.append(zlib.crc32(padded[j:j + n].encode()) % dim)
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    np.add.at(out, (np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)), 1.0)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.maximum(norms, 1e-12)
+
+
+def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndarray, np.ndarray]:
+    import faiss
+
+    n, dim = vectors.shape
+    if n <= exact_up_to:
+        index = faiss.IndexFlatIP(dim)
+    else:
+        nlist = int(4 * np.sqrt(n))
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        train = vectors[np.linspace(0, n - 1, min(n, 64 * nlist)).astype(np.int64)]
+        index.train(train)
+        index.nprobe = 8
+    index.add(vectors)
+    return index.search(vectors, k + 1)
+
+
+def _to_device(vectors: np.ndarray):
+    try:
+        import cupy as cp
+
+        return cp.asarray(vectors)
+    except ImportError:
+        from pylibraft.common import device_ndarray
+
+        return device_ndarray(vectors)
+
+
+def _to_host(array) -> np.ndarray:
+    return np.asarray(array.copy_to_host() if hasattr(array, "copy_to_host") else array.get())
+
+
+def _cuvs_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndarray, np.ndarray]:
+    from cuvs.neighbors import brute_force, cagra
+
+    data = _to_device(vectors)
+    if vectors.shape[0] <= exact_up_to:
+        index = brute_force.build(data, metric="inner_product")
+        _, indices = brute_force.search(index, data, k + 1)
+    else:
+        index = cagra.build(cagra.IndexParams(metric="inner_product"), data)
+        _, indices = cagra.search(cagra.SearchParams(), index, data, k + 1)
+    idx = _to_host(indices).astype(np.int64)
+    # scores recomputed on the host: one convention (cosine, best first) whatever the engine returns
+    valid = (idx >= 0) & (idx < vectors.shape[0])
+    scores = np.where(valid, np.einsum("nd,nkd->nk", vectors, vectors[np.where(valid, idx, 0)]), -np.inf)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    return np.take_along_axis(scores, order, 1).astype(np.float32), np.take_along_axis(np.where(valid, idx, -1), order, 1)
+
+
+ENGINES = {"faiss": _faiss_search, "cuvs": _cuvs_search}
+
+
+def neighbours(vectors: np.ndarray, k: int, engine: str = "faiss", exact_up_to: int = 20_000) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k neighbours of each row among the other rows (self excluded), best first."""
+    n = vectors.shape[0]
+    if n < 2 or k < 1:
+        return np.zeros((n, 0), np.float32), np.zeros((n, 0), np.int64)
+    k = min(k, n - 1)
+    scores, idx = ENGINES[engine](np.ascontiguousarray(vectors, dtype=np.float32), k, exact_up_to)
+    scores, idx = np.asarray(scores, np.float32), np.asarray(idx, np.int64)
+    # drop the row itself (not always first: exact duplicates tie with it); invalid hits are -1
+    keep = (idx != np.arange(n)[:, None]) & (idx >= 0)
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+    scores, idx, keep = (np.take_along_axis(a, order, axis=1) for a in (scores, idx, keep))
+    return np.where(keep, scores, -np.inf).astype(np.float32), np.where(keep, idx, -1)

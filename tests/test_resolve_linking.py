@@ -1,0 +1,242 @@
+"""Entity linking in resolve: variants merge with evidence, chaining and ambiguous names do not,
+and a merge follows its evidence (a deleted document undoes it)."""
+
+import random
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from graphwright import ids
+from graphwright.config import ResolveConfig
+from graphwright.names import resolution_key
+from graphwright.neighbours import neighbours, ngram_vectors
+from graphwright.resolve import resolve
+from graphwright.resolve_adjudicate import adjudicate, parse_verdict
+from graphwright.resolve_scoring import contained, name_score, spelling_score
+
+LINKED = ResolveConfig()
+
+
+def mentions(rows):
+    return pa.Table.from_pylist([dict(zip(("name", "type", "description", "count", "chunk_id", "doc_id"), r)) for r in rows],
+                                schema=pa.schema([("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+                                                  ("count", pa.int32()), ("chunk_id", pa.string()), ("doc_id", pa.string())]))
+
+
+def assertions(rows):
+    return pa.Table.from_pylist([dict(zip(("source", "target", "description", "weight", "chunk_id", "doc_id"), r)) for r in rows],
+                                schema=pa.schema([("source", pa.string()), ("target", pa.string()), ("description", pa.string()),
+                                                  ("weight", pa.float64()), ("chunk_id", pa.string()), ("doc_id", pa.string())]))
+
+
+# 'Ebenezer Scrooge' and 'Scrooge' share chunks and neighbours in d1; d2 adds a second Scrooge.
+D1 = [("Ebenezer Scrooge", "PERSON", "Ebenezer Scrooge kept the books.", 1, "c1", "d1"),
+      ("Scrooge", "PERSON", "Scrooge was cold.", 3, "c1", "d1"),
+      ("Scrooge", "PERSON", "Scrooge counted.", 2, "c2", "d1"),
+      ("Ebenezer Scrooge", "PERSON", "Ebenezer Scrooge signed.", 1, "c2", "d1"),
+      ("Marley", "PERSON", "Marley was dead.", 2, "c1", "d1"),
+      ("Marley", "PERSON", "Marley's ghost.", 1, "c2", "d1"),
+      ("London", "GEO", "London was foggy.", 1, "c1", "d1"),
+      ("London", "GEO", "London streets.", 1, "c2", "d1"),
+      ("Mrs. Cratchit", "PERSON", "Mrs. Cratchit cooked.", 1, "c2", "d1"),
+      ("Cratchit", "PERSON", "Cratchit copied letters.", 2, "c2", "d1"),
+      ("Masterton", "PERSON", "Masterton rode in.", 3, "c1", "d1"),
+      ("Masetrton", "PERSON", "Masetrton rode out.", 1, "c1", "d1"),
+      ("Masterton", "PERSON", "Masterton left.", 1, "c2", "d1")]
+A1 = [(x, y, f"{x} and {y}.", 1.0, c, "d1") for c in ("c1", "c2")
+      for x, y in [("Ebenezer Scrooge", "Marley"), ("Scrooge", "Marley"), ("Scrooge", "London"), ("Ebenezer Scrooge", "London"),
+                   ("Masterton", "London"), ("Masetrton", "London"), ("Masterton", "Marley"), ("Masetrton", "Marley")]]
+D2 = [("Fred Scrooge", "PERSON", "Fred Scrooge, the nephew, laughed.", 2, "c3", "d2"),
+      ("Scrooge", "PERSON", "Scrooge scowled at Fred Scrooge.", 1, "c3", "d2"),
+      ("Marley", "PERSON", "Marley again.", 1, "c3", "d2"),
+      ("London", "GEO", "London at Christmas.", 1, "c3", "d2")]
+A2 = [("Fred Scrooge", "Scrooge", "Fred Scrooge and Scrooge.", 1.0, "c3", "d2"), ("Fred Scrooge", "London", "", 1.0, "c3", "d2"),
+      ("Fred Scrooge", "Marley", "", 1.0, "c3", "d2"), ("Scrooge", "Marley", "", 1.0, "c3", "d2")]
+
+
+def entity_of(result) -> dict[str, str]:
+    return dict(zip(result[1].column("alias").to_pylist(), result[1].column("entity_id").to_pylist()))
+
+
+def test_name_rules():
+    assert contained(("scrooge",), ("ebenezer", "scrooge"))
+    assert contained(("j", "smith"), ("john", "smith"))
+    assert not contained(("espn",), ("espn", "radio"))  # extends to the right: another thing
+    assert not contained(("stamford", "bridge"), ("battle", "of", "stamford", "bridge"))
+    assert not contained(("bilson",), ("mrs", "bilson"))
+    assert spelling_score("south africa", "south america") == 0.0  # a different word, not a typo
+    assert spelling_score("masterton", "masetrton") > 0.9  # one transposition in a long name
+    assert spelling_score("armenian", "armenia") < spelling_score("armenain", "armenian")
+    assert name_score("scrooge", "ebenezer scrooge") == (0.9, True)
+    assert resolution_key("Mrs. Cratchit's") == "mrs cratchit" and resolution_key("Mr. Cratchit") == "cratchit"
+
+
+def test_links_variants_with_evidence():
+    result = resolve(mentions(D1), assertions(A1), LINKED)
+    ent = entity_of(result)
+    assert ent["Scrooge"] == ent["Ebenezer Scrooge"] == ids.entity_id("scrooge")  # the most mentioned key names it
+    assert ent["Masetrton"] == ent["Masterton"]
+    assert ent["Mrs. Cratchit"] != ent["Cratchit"]
+    assert len({ent["Scrooge"], ent["Marley"], ent["London"], ent["Masterton"]}) == 4
+    aliases = {r["alias"]: r for r in result[1].to_pylist()}
+    assert aliases["Ebenezer Scrooge"]["method"] == "linked"
+    assert "merged into 'scrooge'" in aliases["Ebenezer Scrooge"]["evidence"] and "contained" in aliases["Ebenezer Scrooge"]["evidence"]
+    assert aliases["Scrooge"]["method"] == "normalized_name"
+    scrooge = next(e for e in result[0].to_pylist() if e["entity_id"] == ent["Scrooge"])
+    assert scrooge["mention_count"] == 7 and scrooge["name"] == "Scrooge"
+    # relationships between two names of one entity are dropped; the others are merged
+    rels = result[2].to_pylist()
+    assert all(r["source_id"] != r["target_id"] for r in rels)
+    assert sum(1 for r in rels if {r["source_id"], r["target_id"]} == {ent["Scrooge"], ent["Marley"]}) == 1
+
+
+def test_exact_names_only_when_configured():
+    ent = entity_of(resolve(mentions(D1), assertions(A1), ResolveConfig(method="normalized_name")))
+    assert ent["Scrooge"] != ent["Ebenezer Scrooge"] and ent["Mrs. Cratchit"] == ent["Cratchit"]
+
+
+def test_ambiguous_short_name_is_not_chained_and_merge_follows_evidence():
+    both = entity_of(resolve(mentions(D1 + D2), assertions(A1 + A2), LINKED))
+    # 'Scrooge' could be either: no merge, and the two full names are never chained together
+    assert both["Fred Scrooge"] != both["Ebenezer Scrooge"]
+    assert both["Scrooge"] != both["Ebenezer Scrooge"] and both["Scrooge"] != both["Fred Scrooge"]
+    # deleting d2 removes the ambiguity: the merge comes back, exactly as from scratch
+    after = resolve(mentions(D1), assertions(A1), LINKED)
+    assert entity_of(after)["Scrooge"] == entity_of(after)["Ebenezer Scrooge"]
+
+
+def test_merge_undone_when_its_evidence_is_deleted():
+    # the variant and its evidence live in d9 only; without d9 nothing of it remains
+    extra_m = [("Ebeneezer Scrooge", "PERSON", "Ebeneezer Scrooge again.", 1, "c9", "d9"),
+               ("Marley", "PERSON", "Marley.", 1, "c9", "d9"), ("London", "GEO", "London.", 1, "c9", "d9")]
+    extra_a = [("Ebeneezer Scrooge", "Marley", "", 1.0, "c9", "d9"), ("Ebeneezer Scrooge", "London", "", 1.0, "c9", "d9")]
+    with_doc = resolve(mentions(D1 + extra_m), assertions(A1 + extra_a), LINKED)
+    assert entity_of(with_doc)["Ebeneezer Scrooge"] == entity_of(with_doc)["Scrooge"]
+    without = resolve(mentions(D1), assertions(A1), LINKED)
+    assert "Ebeneezer Scrooge" not in entity_of(without)
+    assert without[0].equals(resolve(mentions(D1), assertions(A1), LINKED)[0])
+    scrooge = next(e for e in with_doc[0].to_pylist() if e["canonical_key"] == "scrooge")
+    assert "d9" in scrooge["doc_ids"]
+    scrooge = next(e for e in without[0].to_pylist() if e["canonical_key"] == "scrooge")
+    assert scrooge["doc_ids"] == ["d1"]
+
+
+def test_linking_ignores_input_order():
+    first = resolve(mentions(D1 + D2), assertions(A1 + A2), LINKED)
+    rows_m, rows_a = list(D1 + D2), list(A1 + A2)
+    random.Random(5).shuffle(rows_m)
+    random.Random(6).shuffle(rows_a)
+    again = resolve(mentions(rows_m), assertions(rows_a), LINKED)
+    for x, y in zip(first, again):
+        assert x.equals(y)
+
+
+def test_type_conflict_blocks_merge():
+    rows = [("Jordan", "GEO", "Jordan is a country.", 3, "c1", "d1"), ("Michael Jordan", "PERSON", "Michael Jordan played.", 2, "c1", "d1"),
+            ("Amman", "GEO", "Amman.", 1, "c1", "d1")]
+    a = [("Jordan", "Amman", "", 1.0, "c1", "d1"), ("Michael Jordan", "Amman", "", 1.0, "c1", "d1"),
+         ("Jordan", "Amman", "", 1.0, "c1", "d1")]
+    ent = entity_of(resolve(mentions(rows), assertions(a), LINKED))
+    assert ent["Jordan"] != ent["Michael Jordan"]
+
+
+def test_borderline_pairs_go_to_the_adjudicator():
+    asked = []
+
+    def judge(pairs):
+        asked.extend((e.a, e.b) for e, _, _ in pairs)
+        return {(e.a, e.b): True for e, _, _ in pairs}
+
+    # a very high threshold makes the Scrooge pair borderline
+    strict = ResolveConfig(accept_threshold=0.99, borderline_threshold=0.5)
+    no_llm = entity_of(resolve(mentions(D1), assertions(A1), strict, adjudicate=judge))
+    assert not asked and no_llm["Scrooge"] != no_llm["Ebenezer Scrooge"]  # adjudicate is off
+    with_llm = resolve(mentions(D1), assertions(A1), ResolveConfig(accept_threshold=0.99, borderline_threshold=0.5, adjudicate=True),
+                       adjudicate=judge)
+    assert ("ebenezer scrooge", "scrooge") in asked
+    assert entity_of(with_llm)["Scrooge"] == entity_of(with_llm)["Ebenezer Scrooge"]
+    assert {r["alias"]: r["method"] for r in with_llm[1].to_pylist()}["Ebenezer Scrooge"] == "llm"
+
+
+def test_adjudicate_asks_through_the_cache(tmp_path, monkeypatch):
+    from graphwright import resolve_adjudicate
+    from graphwright.config import LLMConfig
+    from graphwright.llm import LLMResponse
+    from graphwright.resolve_scoring import KeyProfile, PairScorer
+    from graphwright.store import IndexStore
+
+    class Engine:
+        def complete(self, requests):
+            return [LLMResponse(text='{"same": true}' if "Ebenezer" in r.messages[1][1] else '{"same": false}',
+                                prompt_tokens=40, completion_tokens=4) for r in requests]
+
+    monkeypatch.setattr(resolve_adjudicate, "make_llm", lambda config: Engine())
+    profiles = {k: KeyProfile(k, 1, {"PERSON": 1}, {"c1"}, set(), f"{k.title()}: a person") for k in ("scrooge", "ebenezer scrooge", "marley")}
+    scorer = PairScorer(profiles)
+    pairs = [(scorer("scrooge", "ebenezer scrooge"), profiles["ebenezer scrooge"], profiles["scrooge"]),
+             (scorer("scrooge", "marley"), profiles["marley"], profiles["scrooge"])]
+    verdicts, calls = adjudicate(IndexStore(tmp_path / "idx"), pairs, LLMConfig(model="fake"))
+    assert verdicts == {("ebenezer scrooge", "scrooge"): True, ("marley", "scrooge"): False}
+    assert [c["cache_hit"] for c in calls] == [False, False] and calls[0]["prompt_tokens"] == 40
+    assert parse_verdict("not json") is False
+
+
+def test_faiss_neighbours_exclude_self_and_are_deterministic():
+    keys = ["scrooge", "scroge", "marley", "marly", "london", "londen", "cratchit"]
+    vecs = ngram_vectors(keys, 64)
+    _, idx = neighbours(vecs, 2)
+    assert idx.shape == (7, 2) and all(idx[i, 0] != i for i in range(7))
+    assert keys[idx[0, 0]] == "scroge" and keys[idx[2, 0]] == "marly"
+    # the IVF path (large inputs) gives the same answer twice
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((3000, 16)).astype(np.float32)
+    big /= np.linalg.norm(big, axis=1, keepdims=True)
+    a = neighbours(big, 5, exact_up_to=100)
+    b = neighbours(big, 5, exact_up_to=100)
+    assert np.array_equal(a[1], b[1]) and (a[1] != np.arange(3000)[:, None]).all()
+
+
+@pytest.mark.gpu
+def test_cuvs_neighbours_match_faiss():
+    pytest.importorskip("cuvs")
+    rng = np.random.default_rng(1)
+    vecs = rng.standard_normal((5000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    cpu = neighbours(vecs, 5, "faiss")
+    gpu = neighbours(vecs, 5, "cuvs")  # brute force below exact_up_to: the same neighbours
+    assert (cpu[1][:, 0] == gpu[1][:, 0]).mean() > 0.99
+    approx = neighbours(vecs, 5, "cuvs", exact_up_to=100)  # CAGRA
+    assert (approx[1] != np.arange(5000)[:, None]).all()
+    assert (approx[1][:, 0] == cpu[1][:, 0]).mean() > 0.9
+
+
+@pytest.mark.slow  # three index runs: ~12 s on 2 shared cores
+def test_pipeline_update_undoes_and_redoes_merges_like_a_fresh_build(tmp_path):
+    from graphwright.config import load_config
+    from graphwright.pipeline import run_index
+    from graphwright.store import IndexStore
+
+    config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 16},
+                                    "ingest": {"max_delete_fraction": 1.0}})
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("Ebenezer Scrooge met Jacob Marley in London. Scrooge paid Jacob Marley in London. "
+                               "Later Scrooge and Jacob Marley walked through London. Ebenezer Scrooge and Jacob Marley argued in London.")
+    (src / "b.txt").write_text("Fred Scrooge visited London with Jacob Marley. Scrooge and Fred Scrooge ate in London with Jacob Marley.")
+
+    def aliases(index):
+        t = IndexStore(index).read("entity_aliases")
+        return dict(zip(t.column("alias").to_pylist(), t.column("entity_id").to_pylist()))
+
+    quiet = lambda msg: None
+    run_index([str(src)], tmp_path / "idx", config, show_progress=False, log=quiet)
+    before = aliases(tmp_path / "idx")
+    assert before["Scrooge"] != before["Ebenezer Scrooge"]  # ambiguous while Fred Scrooge is there
+    (src / "b.txt").unlink()
+    run_index([str(src)], tmp_path / "idx", config, show_progress=False, log=quiet)
+    after = aliases(tmp_path / "idx")
+    assert after["Scrooge"] == after["Ebenezer Scrooge"] and "Fred Scrooge" not in after
+    run_index([str(src)], tmp_path / "fresh", config, show_progress=False, log=quiet)
+    assert IndexStore(tmp_path / "idx").read("entity_aliases").sort_by("alias").equals(
+        IndexStore(tmp_path / "fresh").read("entity_aliases").sort_by("alias"))
