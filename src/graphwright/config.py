@@ -140,6 +140,14 @@ class QueryConfig(_Section):
     name_match_bonus: float = Field(0.3, ge=0)
 
 
+class PublishConfig(_Section):
+    # formats written for each published version under <index>/exports/<format>/v<N>/
+    # (graphwright.exports). Off by default: on the sample a lightrag export embeds every
+    # relationship again and takes longer than the rest of an unchanged rerun; `graphwright
+    # export` writes one on demand.
+    exports: list[Literal["graphrag", "lightrag"]] = []
+
+
 class PipelineConfig(_Section):
     ingest: IngestConfig = IngestConfig()
     chunk: ChunkConfig = ChunkConfig()
@@ -152,11 +160,13 @@ class PipelineConfig(_Section):
     vectors: VectorConfig = VectorConfig()
     execution: ExecutionConfig = ExecutionConfig()
     query: QueryConfig = QueryConfig()
+    publish: PublishConfig = PublishConfig()
 
     def config_hash(self) -> str:
         """Hash of the settings that decide what the index contains; `execution` (how and where
-        it runs) is left out, so the same input run elsewhere publishes nothing new."""
-        return hashlib.sha256(self.model_dump_json(exclude={"execution"}).encode()).hexdigest()[:16]
+        it runs) and `publish` (which exports are written) are left out, so the same input run
+        elsewhere publishes nothing new."""
+        return hashlib.sha256(self.model_dump_json(exclude={"execution", "publish"}).encode()).hexdigest()[:16]
 
 
 class ConfigError(ValueError):
