@@ -58,6 +58,10 @@ async def graphrag_queries(root: Path, question: str, args) -> list[dict]:
         config = load_config(root)
         if args.embed_model:
             config.embedding_models["default_embedding_model"].model = args.embed_model
+        if args.max_context_tokens:  # a small local model's context window
+            config.local_search.max_context_tokens = args.max_context_tokens
+            config.global_search.max_context_tokens = config.global_search.data_max_tokens = args.max_context_tokens
+            config.global_search.map_max_length = config.global_search.reduce_max_length = 300
         tables = {name: pd.read_parquet(root / "output" / f"{name}.parquet")
                   for name in ("entities", "communities", "community_reports", "text_units", "relationships")}
         out = []
@@ -104,6 +108,9 @@ async def lightrag_queries(working_dir: Path, question: str, args) -> list[dict]
     try:
         for mode in args.lightrag_modes:
             param = QueryParam(mode=mode, top_k=args.top_k, chunk_top_k=5, enable_rerank=False, response_type="Single Paragraph")
+            if args.max_context_tokens:
+                param.max_total_tokens = args.max_context_tokens
+                param.max_entity_tokens = param.max_relation_tokens = args.max_context_tokens // 4
             result = await rag.aquery_llm(question, param=param)
             data = result.get("data") or {}
             out.append({"engine": "lightrag", "mode": mode, "question": question,
@@ -131,6 +138,7 @@ def main() -> int:
     parser.add_argument("--dim", type=int, help="embedding dimension (default: read from the lightrag export)")
     parser.add_argument("--community-level", type=int, default=2)
     parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--max-context-tokens", type=int, help="cap the context both engines build (for a small local model)")
     parser.add_argument("--graphrag-methods", type=lambda s: s.split(","), default=["local", "global"], help="comma-separated: local,global")
     parser.add_argument("--lightrag-modes", type=lambda s: s.split(","), default=["local", "global", "hybrid"], help="comma-separated: local,global,hybrid,mix,naive")
     parser.add_argument("--json", action="store_true", help="one JSON object per answer")
