@@ -8,13 +8,15 @@ Column names and types follow graphrag 3.3's final tables (graphrag.data_model.s
 conventions, applied to our rows: `id` is our content-derived id (graphrag itself uses uuid4);
 `human_readable_id` numbers rows in id order; relationships name their ends by entity title;
 a community's `community` number is our `human_id`, `parent` is -1 at the top level; a report's
-`id` is its community's id. The vector tables hold our stored embeddings (one row per id), so
+`id` is its community's id; `n_tokens` counts our chunker's (MiniLM) tokens, which graphrag only
+reads as a size. The vector tables hold our stored embeddings (one row per id), so
 questions must be embedded with the same model (see graphwright.exports.embed_server).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +170,7 @@ vector_store:
 
 def write(graph: PublishedGraph, out: Path) -> dict:
     """Write the graphrag layout under `out` (which must not exist yet). Needs lancedb."""
+    os.environ.setdefault("LANCE_LOG", "error")  # lance warns on stderr that each new table "will be created"
     try:
         import lancedb
     except ImportError as exc:
