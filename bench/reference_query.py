@@ -58,6 +58,8 @@ async def graphrag_queries(root: Path, question: str, args) -> list[dict]:
         config = load_config(root)
         if args.embed_model:
             config.embedding_models["default_embedding_model"].model = args.embed_model
+        if args.max_answer_tokens:
+            config.completion_models["default_completion_model"].call_args["max_tokens"] = args.max_answer_tokens
         if args.max_context_tokens:  # a small local model's context window
             config.local_search.max_context_tokens = args.max_context_tokens
             config.global_search.max_context_tokens = config.global_search.data_max_tokens = args.max_context_tokens
@@ -95,6 +97,8 @@ async def lightrag_queries(working_dir: Path, question: str, args) -> list[dict]
 
     async def llm(prompt, system_prompt=None, history_messages=None, **kwargs):
         kwargs.pop("keyword_extraction", None)
+        if args.max_answer_tokens:
+            kwargs["max_tokens"] = args.max_answer_tokens
         return await openai_complete_if_cache(args.llm_model, prompt, system_prompt=system_prompt,
                                               history_messages=history_messages or [], base_url=args.llm_base_url,
                                               api_key=args.api_key, **kwargs)
@@ -138,6 +142,7 @@ def main() -> int:
     parser.add_argument("--dim", type=int, help="embedding dimension (default: read from the lightrag export)")
     parser.add_argument("--community-level", type=int, default=2)
     parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--max-answer-tokens", type=int, help="cap each LLM answer (a small model may not stop)")
     parser.add_argument("--max-context-tokens", type=int, help="cap the context both engines build (for a small local model)")
     parser.add_argument("--graphrag-methods", type=lambda s: s.split(","), default=["local", "global"], help="comma-separated: local,global")
     parser.add_argument("--lightrag-modes", type=lambda s: s.split(","), default=["local", "global", "hybrid"], help="comma-separated: local,global,hybrid,mix,naive")
