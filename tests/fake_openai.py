@@ -2,11 +2,17 @@
 extraction prompt with the deterministic nlp extractor's findings as JSON (a community report prompt
 with a report citing every row it was given), and can be told to
 misbehave (drop the connection, answer 503 or 400, return malformed JSON) for chunks that contain
-a given marker. It counts requests and records request bodies."""
+a given marker. It counts requests and records request bodies.
+
+It also answers the query prompts of the reference engines that read our exports (GraphRAG's
+local and global search, LightRAG's keyword extraction and answers) deterministically: keywords
+are the question's words, and an answer quotes the start of the context the engine put in its
+prompt, so a test can see which of our data reached the LLM."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -78,6 +84,9 @@ class FakeOpenAI:
         return None
 
     def _answer(self, body: dict) -> str:
+        reference = _reference_answer(body["messages"])
+        if reference is not None:
+            return reference
         user = [m["content"] for m in body["messages"] if m["role"] == "user"]
         if "Evidence:" in body["messages"][0]["content"]:  # an answer request: cite the first evidence
             return f"The evidence says so [1]. (question: {user[-1]})"
@@ -106,6 +115,19 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _stream(self, model: str, content: str):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                pieces = [content[i:i + 200] for i in range(0, len(content), 200)] or [""]
+                deltas = [{"role": "assistant", "content": p} for p in pieces] + [{}]
+                for n, delta in enumerate(deltas):
+                    chunk = {"id": "fake", "object": "chat.completion.chunk", "model": model,
+                             "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if n == len(pieces) else None}]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake.lock:
@@ -129,6 +151,8 @@ class FakeOpenAI:
                     return self._send(200, b"<html>not json</html>", "text/html")
                 content = '{"entities": [{"name": ' if fault == "malformed" else fake._answer(body)
                 prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+                if body.get("stream"):  # server-sent events, as OpenAI streams (GraphRAG's search streams)
+                    return self._stream(body["model"], content)
                 payload = {
                     "id": "fake", "object": "chat.completion", "model": body["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
@@ -137,6 +161,28 @@ class FakeOpenAI:
                 self._send(200, json.dumps(payload).encode())
 
         return Handler
+
+
+# where the reference engines put their retrieved context in a prompt
+_CONTEXT_MARKERS = ("---Data tables---", "---Analyst Reports---", "---Context---")
+
+
+def _reference_answer(messages: list[dict]) -> str | None:
+    text = "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+    if "high_level_keywords" in text and "User Query:" in text:  # LightRAG keyword extraction
+        query = text.rsplit("User Query:", 1)[1].strip().splitlines()[0]
+        words = re.findall(r"[A-Za-z][\w-]*", query.replace("\u2019s", "").replace("'s", ""))
+        low = [w for w in words if w[0].isupper() and w.lower() not in {"who", "what", "where", "when", "why", "how", "which"}]
+        high = [w.lower() for w in words if len(w) > 3 and w not in low]
+        return json.dumps({"high_level_keywords": high or [query], "low_level_keywords": low or [query]})
+    marker = next((m for m in _CONTEXT_MARKERS if m in text), None)
+    if marker is None:
+        return None
+    context = " ".join(text.split(marker, 1)[1].split())
+    quote = context[:400]
+    if '"points"' in text:  # GraphRAG global search, map step: JSON points with scores
+        return json.dumps({"points": [{"description": f"The reports say: {quote} [Data: Reports (0)]", "score": 80}]})
+    return f"According to the context: {quote}"
 
 
 if __name__ == "__main__":  # serve on a fixed loopback port until interrupted (for benchmarks)

@@ -434,6 +434,29 @@ def serve(
         _fail(str(exc))
     uvicorn.run(api, host=host, port=port)
 
+def export(
+    index_dir: IndexOpt,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="graphrag | lightrag")],
+    version: Annotated[int | None, typer.Option(help="Published version (default: latest).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Output directory (default: INDEX/exports/FORMAT/vN).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a published version in Microsoft GraphRAG's output layout or as a LightRAG working directory."""
+    from graphwright.exports import export as write_export
+    from graphwright.publish import NoPublishedVersion
+
+    _existing_index(index_dir)
+    try:
+        result = write_export(index_dir, fmt, version, out_dir)
+    except (NoPublishedVersion, ValueError, FileExistsError, RuntimeError) as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    state = "written" if result["written"] else "already there"
+    out.print(f"{fmt} export of version {result['version']} {state}: {result['path']}", highlight=False)
+    _print_table("rows", ("file", "rows"), sorted(result["rows"].items()))
+
 
 def main() -> None:  # pragma: no cover
     app()

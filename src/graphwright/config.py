@@ -185,6 +185,14 @@ class CostConfig(_Section):
     llm: dict[str, ModelPrice] = {}  # by llm.model; "*" prices any model not listed
 
 
+class PublishConfig(_Section):
+    # formats written for each published version under <index>/exports/<format>/v<N>/
+    # (graphwright.exports). Off by default: on the sample a lightrag export embeds every
+    # relationship again and takes longer than the rest of an unchanged rerun; `graphwright
+    # export` writes one on demand.
+    exports: list[Literal["graphrag", "lightrag"]] = []
+
+
 class PipelineConfig(_Section):
     ingest: IngestConfig = IngestConfig()
     chunk: ChunkConfig = ChunkConfig()
@@ -198,12 +206,13 @@ class PipelineConfig(_Section):
     execution: ExecutionConfig = ExecutionConfig()
     query: QueryConfig = QueryConfig()
     cost: CostConfig = CostConfig()
+    publish: PublishConfig = PublishConfig()
 
     def config_hash(self) -> str:
         """Hash of the settings that decide what the index contains; `execution` (how and where
-        it runs) and `cost` (prices) are left out, so the same input run elsewhere publishes
-        nothing new."""
-        return hashlib.sha256(self.model_dump_json(exclude={"execution", "cost"}).encode()).hexdigest()[:16]
+        it runs), `cost` (prices) and `publish` (which exports are written) are left out, so the
+        same input run elsewhere publishes nothing new."""
+        return hashlib.sha256(self.model_dump_json(exclude={"execution", "cost", "publish"}).encode()).hexdigest()[:16]
 
 
 class ConfigError(ValueError):

@@ -16,7 +16,8 @@ def plot_history(history: list[dict], path: str | Path, currency: str = "USD") -
     from graphwright.pipeline import STAGES
 
     path = Path(path)
-    stages = [s for s in STAGES + ("delete",) if any(st["stage"] == s for run in history for st in run["stages"])]
+    present = {st["stage"] for run in history for st in run["stages"]}
+    stages = [s for s in STAGES + ("delete",) if s in present] + sorted(present - set(STAGES) - {"delete"})
     labels = [f"{i + 1}\n{run['command']}" for i, run in enumerate(history)]
     x = list(range(len(history)))
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(history) + 4.5), 7), sharex=True)

@@ -614,7 +614,14 @@ def stage_publish(run: Run, vector_indexes: dict[str, str]) -> dict:
         manifest = publish.publish(store, run.run_id, run.config, vector_indexes)
         m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"], new_version=manifest["new"],
                  work_unit="versions", work_done=1, work_total=1)
-        return manifest
+    for fmt in run.config.publish.exports:  # an export missing from an earlier run is written now
+        from graphwright.exports import export
+
+        with run.stage(f"export:{fmt}") as m:
+            written = export(store.root, fmt, manifest["version"])
+            m.update(rows_out=int(written["written"]), version=manifest["version"], path=written["path"],
+                     work_unit="exports", work_done=int(written["written"]), work_total=1)
+    return manifest
 
 
 # ---------------------------------------------------------------- runner

@@ -1,0 +1,112 @@
+"""An OpenAI-compatible /v1/embeddings endpoint on loopback backed by an index's own embedder,
+so that GraphRAG and LightRAG embed questions with the model that embedded our export.
+
+    python -m graphwright.exports.embed_server --index DIR [--port 8091]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class EmbeddingServer:
+    def __init__(self, embedder, model: str, host: str = "127.0.0.1", port: int = 0):
+        self.embedder, self.model = embedder, model
+        self.lock = threading.Lock()  # one encode at a time: the model is not shared safely between threads
+        self.server = ThreadingHTTPServer((host, port), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @classmethod
+    def for_index(cls, index_dir: str, version: int | None = None, **kwargs) -> EmbeddingServer:
+        from graphwright.embed import make_embedder
+        from graphwright.publish import PublishedIndex
+        from graphwright.store import IndexStore
+
+        index = PublishedIndex(IndexStore(index_dir), version)
+        return cls(make_embedder(index.config.embed), index.manifest["embedding_model"], **kwargs)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        with self.lock:
+            return self.embedder.encode(texts).tolist()
+
+    def _handler(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status: int, body: dict):
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    return self._send(200, {"object": "list", "data": [{"id": outer.model, "object": "model"}]})
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self):
+                if not self.path.rstrip("/").endswith("/embeddings"):
+                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                    texts = body["input"]
+                    texts = [texts] if isinstance(texts, str) else list(texts)
+                    if not all(isinstance(t, str) for t in texts):
+                        raise ValueError("input must be text (token arrays are not supported)")
+                except (ValueError, KeyError, TypeError) as exc:
+                    return self._send(400, {"error": {"message": str(exc)}})
+                vectors = outer.embed(texts)
+                if body.get("encoding_format") == "base64":
+                    import base64
+
+                    import numpy as np
+
+                    data = [base64.b64encode(np.asarray(v, np.float32).tobytes()).decode() for v in vectors]
+                else:
+                    data = vectors
+                tokens = sum(len(t.split()) for t in texts)
+                self._send(200, {"object": "list", "model": outer.model,
+                                 "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(data)],
+                                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+        return Handler
+
+
+def main() -> None:  # pragma: no cover
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", required=True)
+    parser.add_argument("--version", type=int)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8091)
+    args = parser.parse_args()
+    import time
+
+    with EmbeddingServer.for_index(args.index, args.version, host=args.host, port=args.port) as server:
+        print(f"embeddings ({server.model}) on {server.base_url}", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,77 @@
+"""What every export reads from one published version: the graph tables as row lists in a fixed
+order (by our content-derived ids), and the stored embeddings by kind."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from graphwright.publish import PublishedIndex
+
+
+@dataclass
+class PublishedGraph:
+    version: int
+    published_at: datetime
+    embedding_model: str
+    documents: list[dict]
+    chunks: list[dict]
+    entities: list[dict]
+    relationships: list[dict]
+    communities: list[dict]
+    reports: list[dict]
+    index: PublishedIndex
+
+    @classmethod
+    def read(cls, index: PublishedIndex) -> PublishedGraph:
+        def rows(name: str, columns: list[str], key) -> list[dict]:
+            return sorted(index.read(name, columns=columns).to_pylist(), key=key)
+
+        return cls(
+            version=index.version,
+            published_at=index.manifest["published_at"],
+            embedding_model=index.manifest["embedding_model"],
+            documents=rows("documents", ["doc_id", "source_key", "title", "text", "metadata"], lambda r: r["doc_id"]),
+            chunks=rows("chunks", ["chunk_id", "doc_id", "chunk_index", "text", "n_tokens"], lambda r: (r["doc_id"], r["chunk_index"], r["chunk_id"])),
+            entities=rows("entities", ["entity_id", "name", "type", "description", "mention_count", "degree", "chunk_ids", "doc_ids"],
+                          lambda r: r["entity_id"]),
+            relationships=rows("relationships", ["relationship_id", "source_id", "target_id", "source", "target", "description", "weight",
+                                                 "chunk_ids", "doc_ids"], lambda r: r["relationship_id"]),
+            communities=rows("communities", ["community_id", "human_id", "level", "parent_id", "children_ids", "entity_ids",
+                                             "relationship_ids", "chunk_ids", "size"], lambda r: (r["level"], r["human_id"], r["community_id"])),
+            reports=rows("community_reports", ["community_id", "level", "title", "summary", "rating", "rating_explanation", "findings",
+                                               "full_content"], lambda r: r["community_id"]),
+            index=index,
+        )
+
+    def titles(self) -> dict[str, str]:
+        """entity_id -> a unique display name: GraphRAG and LightRAG both key entities by name, and
+        two of our entities (different canonical keys) may share one."""
+        seen: dict[str, int] = {}
+        for e in self.entities:
+            seen[e["name"]] = seen.get(e["name"], 0) + 1
+        return {e["entity_id"]: e["name"] if seen[e["name"]] == 1 else f"{e['name']} [{e['entity_id'][:8]}]" for e in self.entities}
+
+    def vectors(self, kind: str) -> dict[str, np.ndarray]:
+        """The stored vectors of one kind (entity | chunk | report), computed by this version's model."""
+        table = self.index.read("embeddings", columns=["item_id", "vector"],
+                                where=f"kind = '{kind}' AND model = '{self.embedding_model.replace(chr(39), chr(39) * 2)}'")
+        ids = table.column("item_id").to_pylist()
+        if not ids:
+            return {}
+        flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+        matrix = flat.reshape(len(ids), -1)
+        return dict(zip(ids, matrix))
+
+    def embedder(self):
+        """The embedder that made the stored vectors, for texts that have none (and for questions)."""
+        from graphwright.embed import make_embedder
+
+        return make_embedder(self.index.config.embed)
+
+    @staticmethod
+    def findings(report: dict) -> list[dict]:
+        return [{"summary": f.get("summary", ""), "explanation": f.get("explanation", "")} for f in json.loads(report["findings"] or "[]")]
