@@ -434,6 +434,8 @@ def serve(
         _fail(str(exc))
     uvicorn.run(api, host=host, port=port)
 
+
+@app.command()
 def export(
     index_dir: IndexOpt,
     fmt: Annotated[str, typer.Option("--format", "-f", help="graphrag | lightrag")],
