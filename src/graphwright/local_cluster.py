@@ -47,12 +47,16 @@ class LocalCluster:
         self.gcs = f"127.0.0.1:{gcs}"
         self.dashboard = f"http://127.0.0.1:{dashboard}"
         self.processes: list[subprocess.Popen] = []
-        self._start("head", ["--head", f"--port={gcs}", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
-                             "--include-dashboard=true", f"--ray-client-server-port={client}", "--num-cpus=1",
-                             f"--temp-dir={tmp / 'ray'}", *_node_ports(node_ports[:6])], tmp)
-        self._wait(lambda: requests.get(f"{self.dashboard}/api/version", headers=self.auth, timeout=2).ok, "the head's dashboard")
-        self._start("worker", [f"--address={self.gcs}", "--num-cpus=1", *_node_ports(node_ports[6:12])], tmp)
-        self._wait(lambda: self.alive_nodes() == 2, "the second node")
+        try:
+            self._start("head", ["--head", f"--port={gcs}", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
+                                 "--include-dashboard=true", f"--ray-client-server-port={client}", "--num-cpus=1",
+                                 f"--temp-dir={tmp / 'ray'}", *_node_ports(node_ports[:6])], tmp)
+            self._wait(lambda: requests.get(f"{self.dashboard}/api/version", headers=self.auth, timeout=2).ok, "the head's dashboard")
+            self._start("worker", [f"--address={self.gcs}", "--num-cpus=1", *_node_ports(node_ports[6:12])], tmp)
+            self._wait(lambda: self.alive_nodes() == 2, "the second node")
+        except BaseException:
+            self.stop()  # a node that came up must not outlive a failed start
+            raise
 
     def _start(self, name: str, args: list[str], tmp: Path) -> None:
         log = open(tmp / f"ray-{name}.log", "w")
