@@ -135,7 +135,7 @@ def main() -> int:
             side = "graspologic-native"
         results[side] = {
             "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "input_conversion_s": round(convert, 2),
-            "top_communities": int(len(np.unique(top))), "leaf_communities": int(len(np.unique(leaf))),
+            "top_communities": len(np.unique(top)), "leaf_communities": len(np.unique(leaf)),
             "largest_leaf": int(np.bincount(np.unique(leaf, return_inverse=True)[1]).max()),
             "modularity_top": round(modularity(n, edges, weights, top), 4),
             "modularity_leaf": round(modularity(n, edges, weights, leaf), 4),

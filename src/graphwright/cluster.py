@@ -50,8 +50,8 @@ class IgraphEngine:
         graph = _igraph(n, edges)
         # igraph draws from Python's `random`; seeding it makes the partition reproducible
         random.seed(seed)
-        options = dict(weights=np.asarray(weights, dtype=np.float64).tolist(), n_iterations=n_iterations,
-                       initial_membership=None if initial is None else initial.tolist())
+        options = {"weights": np.asarray(weights, dtype=np.float64).tolist(), "n_iterations": n_iterations,
+                       "initial_membership": None if initial is None else initial.tolist()}
         if groups is None:
             part = graph.community_leiden(objective_function="modularity", resolution=resolution, **options)
         else:
@@ -153,7 +153,7 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     # igraph indexes sorted edges about twice as fast; every level below keeps this order
     order = np.argsort(edges[:, 0] * n + edges[:, 1], kind="stable")
     edges, weights = edges[order], weights[order]
-    options = dict(resolution=config.resolution, n_iterations=config.n_iterations)
+    options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
 
     def start(level: int, nodes: np.ndarray, groups: np.ndarray | None) -> np.ndarray | None:
         if initial is None or level >= len(initial):
@@ -258,33 +258,56 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
         initial = previous_membership(entity_ids, previous)
     communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial)
 
-    entity_chunks = dict(zip(entities.column("entity_id").to_pylist(), entities.column("chunk_ids").to_pylist()))
-    node_rels: dict[int, list[int]] = {}
-    for r, (a, b) in enumerate(zip(src, tgt)):
-        node_rels.setdefault(a, []).append(r)
-        node_rels.setdefault(b, []).append(r)
+    # relationship and chunk ids as codes in sorted order, so that each community's sorted
+    # distinct ids come from one numpy pass per level rather than Python sets per community
+    rel_names, rel_codes = np.unique(np.asarray(rel_ids, dtype=object), return_inverse=True) if rel_ids else (np.empty(0), np.empty(0, np.int64))
+    chunk_lists = dict(zip(entities.column("entity_id").to_pylist(), entities.column("chunk_ids").to_pylist()))
+    chunk_owner = np.repeat(np.arange(len(entity_ids)), [len(chunk_lists[e] or []) for e in entity_ids])
+    all_chunks = [c for e in entity_ids for c in chunk_lists[e] or []]
+    chunk_names, chunk_codes = np.unique(np.asarray(all_chunks, dtype=object), return_inverse=True) if all_chunks else (np.empty(0), np.empty(0, np.int64))
+    src_a, tgt_a = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
 
-    cids = [ids.community_id(c.level, (entity_ids[i] for i in c.members)) for c in communities]
-    rows = []
-    for index, c in enumerate(communities):
-        members = set(int(i) for i in c.members)
-        inside = sorted({rel_ids[r] for i in members for r in node_rels.get(i, []) if src[r] in members and tgt[r] in members})
-        member_ids = sorted(entity_ids[i] for i in members)
-        rows.append(
-            {
-                "community_id": cids[index],
-                "human_id": index,
-                "level": c.level,
-                "parent_id": None if c.parent is None else cids[c.parent],
-                "children_ids": [cids[k] for k in c.children],
-                "entity_ids": member_ids,
-                "relationship_ids": inside,
-                "chunk_ids": sorted({cid for e in member_ids for cid in entity_chunks[e]}),
-                "size": len(members),
-                "graph_hash": graph_hash(entities, relationships),
-            }
-        )
+    inside: list[list[str]] = [[] for _ in communities]
+    chunks: list[list[str]] = [[] for _ in communities]
+    for level in sorted({c.level for c in communities}):
+        at_level = [i for i, c in enumerate(communities) if c.level == level]
+        label = np.full(len(entity_ids), -1, dtype=np.int64)
+        for k, i in enumerate(at_level):
+            label[communities[i].members] = k
+        a, b = label[src_a], label[tgt_a]
+        for k, codes in enumerate(_codes_by_label(np.where(a == b, a, -1), rel_codes.reshape(-1), len(at_level))):
+            inside[at_level[k]] = rel_names[codes].tolist()
+        for k, codes in enumerate(_codes_by_label(label[chunk_owner], chunk_codes.reshape(-1), len(at_level))):
+            chunks[at_level[k]] = chunk_names[codes].tolist()
+
+    hashed = graph_hash(entities, relationships)
+    members = [[entity_ids[i] for i in c.members] for c in communities]  # sorted: members and entity_ids are
+    cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
+    rows = [
+        {
+            "community_id": cids[index],
+            "human_id": index,
+            "level": c.level,
+            "parent_id": None if c.parent is None else cids[c.parent],
+            "children_ids": [cids[k] for k in c.children],
+            "entity_ids": members[index],
+            "relationship_ids": inside[index],
+            "chunk_ids": chunks[index],
+            "size": len(members[index]),
+            "graph_hash": hashed,
+        }
+        for index, c in enumerate(communities)
+    ]
     return pa.Table.from_pylist(rows, schema=tables.schema("communities").arrow)
+
+
+def _codes_by_label(labels: np.ndarray, codes: np.ndarray, count: int) -> list[np.ndarray]:
+    """For each label 0..count-1, the sorted distinct codes that come with it (label -1: none)."""
+    keep = labels >= 0
+    width = int(codes.max()) + 1 if len(codes) else 1
+    pairs = np.unique(labels[keep] * width + codes[keep])
+    bounds = np.searchsorted(pairs // width, np.arange(count + 1))
+    return [pairs[bounds[k]:bounds[k + 1]] % width for k in range(count)]
 
 
 def modularity(n: int, edges: np.ndarray, weights: np.ndarray, membership: np.ndarray) -> float:

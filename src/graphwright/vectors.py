@@ -1,5 +1,6 @@
 """Vector indexes behind one interface: build from ids + normalized vectors, save, load, search.
-CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above)."""
+CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above). GPU: cuVS
+(brute force below the threshold, CAGRA above; graphwright.vectors_gpu)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from graphwright.config import VectorConfig
 @dataclass
 class VectorIndex:
     ids: list[str]
-    index: object  # faiss.Index
+    index: object  # a faiss.Index, or a vectors_gpu.CuvsIndex: search(queries, k) -> (scores, positions)
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         if not self.ids:
@@ -30,6 +31,10 @@ class VectorIndex:
 
 
 def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig) -> VectorIndex:
+    if config.engine == "cuvs" and len(ids):
+        from graphwright.vectors_gpu import CuvsIndex
+
+        return VectorIndex(list(ids), CuvsIndex.build(vectors, exact=len(ids) < config.hnsw_threshold))
     import faiss
 
     dim = vectors.shape[1] if len(vectors) else 1
@@ -44,17 +49,28 @@ def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig) -> Ve
 
 
 def save_index(vi: VectorIndex, path: Path) -> None:
-    import faiss
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    faiss.write_index(vi.index, str(tmp))
-    pq.write_table(pa.table({"item_id": vi.ids}), str(path.with_suffix(".ids.parquet")))
+    kind = getattr(vi.index, "kind", "faiss")
+    if kind == "faiss":
+        import faiss
+
+        faiss.write_index(vi.index, str(tmp))
+    else:
+        vi.index.save(tmp)
+    ids = pa.table({"item_id": vi.ids}).replace_schema_metadata({"index_kind": kind})
+    pq.write_table(ids, str(path.with_suffix(".ids.parquet")))
     tmp.replace(path)  # the index file appears last: its presence means both files are complete
 
 
 def load_index(path: Path) -> VectorIndex:
+    table = pq.read_table(str(path.with_suffix(".ids.parquet")))
+    kind = (table.schema.metadata or {}).get(b"index_kind", b"faiss").decode()
+    ids = table.column("item_id").to_pylist()
+    if kind != "faiss":
+        from graphwright.vectors_gpu import CuvsIndex
+
+        return VectorIndex(ids, CuvsIndex.load(kind, path))
     import faiss
 
-    ids = pq.read_table(str(path.with_suffix(".ids.parquet"))).column("item_id").to_pylist()
     return VectorIndex(ids, faiss.read_index(str(path)))
