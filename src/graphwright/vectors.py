@@ -25,7 +25,7 @@ class VectorIndex:
         k = min(k, len(self.ids))
         scores, positions = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
         return [
-            [(self.ids[p], float(s)) for p, s in zip(prow, srow) if p >= 0]
+            [(self.ids[p], float(s)) for p, s in zip(prow, srow) if 0 <= p < len(self.ids)]
             for prow, srow in zip(positions, scores)
         ]
 
