@@ -4,7 +4,10 @@ The hierarchy contract, the same for every engine: level 0 partitions all entiti
 entities and small components are communities of their own); a community larger than
 `max_cluster_size` is split by Leiden on its induced subgraph into children at the next level,
 recursively, until every leaf fits or Leiden cannot split it further. An engine only has to
-partition one graph; the recursion lives here.
+partition one graph; the recursion lives here. An engine that sets `batches_groups` also takes
+`groups` (a disjoint union of graphs, each to be partitioned by its own modularity), so that all
+the splits of one level are one engine run (igraph: CPM with per-graph node weights); other
+engines get one call per community. Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
 """
 
 from __future__ import annotations
