@@ -249,11 +249,9 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     `previous` communities when given and `config.warm_start` is set)."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
-    position = {eid: i for i, eid in enumerate(entity_ids)}
     rel_ids = relationships.column("relationship_id").to_pylist()
-    src = [position[s] for s in relationships.column("source_id").to_pylist()]
-    tgt = [position[t] for t in relationships.column("target_id").to_pylist()]
-    edges = np.column_stack([src, tgt]) if src else np.empty((0, 2), dtype=np.int64)
+    src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
+    edges = np.column_stack([src, tgt])
     weights = np.asarray(relationships.column("weight").to_pylist(), dtype=np.float64)
 
     initial = None
@@ -302,6 +300,16 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
         for index, c in enumerate(communities)
     ]
     return pa.Table.from_pylist(rows, schema=tables.schema("communities").arrow)
+
+
+def _positions(names: pa.ChunkedArray, entity_ids: list[str]) -> np.ndarray:
+    """Index of each name in the sorted entity ids (a relationship to an unknown entity is an error)."""
+    import pyarrow.compute as pc
+
+    found = pc.index_in(names, value_set=pa.array(entity_ids, type=names.type))
+    if found.null_count:
+        raise KeyError(f"{names.filter(pc.is_null(found))[0]} is not in the entities table")
+    return found.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def _codes_by_label(labels: np.ndarray, codes: np.ndarray, count: int) -> list[np.ndarray]:
