@@ -8,9 +8,11 @@ from graphwright.cluster import (
     LeidenalgEngine,
     _relabel,
     cluster,
+    group_node_weights,
     hierarchical_leiden,
     make_engine,
     modularity,
+    partition_groups,
 )
 from graphwright.config import ClusterConfig
 
@@ -232,3 +234,59 @@ def test_warm_start_with_a_new_entity(engine):
     table = _cluster_warm(entities, relationships, cfg, previous=previous)
     level0 = [e for r in table.to_pylist() if r["level"] == 0 for e in r["entity_ids"]]
     assert sorted(level0) == sorted(entities.column("entity_id").to_pylist())
+
+
+# ------------------------------------------------------------------ one engine run per level
+
+def _union(*graphs):
+    """Disjoint union of (n, edges, weights) graphs: (n, edges, weights, graph label per node)."""
+    offsets = np.cumsum([0] + [g[0] for g in graphs])
+    edges = np.concatenate([g[1] + off for g, off in zip(graphs, offsets)])
+    weights = np.concatenate([g[2] for g in graphs])
+    groups = np.repeat(np.arange(len(graphs)), [g[0] for g in graphs])
+    return int(offsets[-1]), edges, weights, groups
+
+
+@pytest.mark.parametrize("engine", ["igraph", "leidenalg"])
+def test_partition_groups_optimizes_each_graph_by_its_own_modularity(engine):
+    # a small graph beside a much heavier one: with one modularity over the union, the small
+    # graph's null model would use the union's total weight and merge its blocks
+    small = planted_partition([10, 10, 10], 0.9, 0.03, seed=3)[:3]
+    big_n, big_edges, big_weights, _ = planted_partition([40] * 6, 0.5, 0.02, seed=4)
+    big = (big_n, big_edges, big_weights * 20)
+    n, edges, weights, groups = _union(small, big)
+    labels = partition_groups(make_engine(engine), n, edges, weights, groups, resolution=1.0, seed=1, n_iterations=5)
+    assert all(len(set(groups[labels == label])) == 1 for label in set(labels.tolist()))  # never across graphs
+    for g, (gn, gedges, gweights) in enumerate((small, big)):
+        alone = make_engine(engine).partition(gn, gedges, gweights, resolution=1.0, seed=1, n_iterations=5)
+        batched = labels[groups == g]
+        assert len(set(batched.tolist())) == len(set(alone.tolist()))
+        assert modularity(gn, gedges, gweights, batched) == pytest.approx(modularity(gn, gedges, gweights, alone), abs=0.01)
+
+
+def test_group_node_weights_make_cpm_equal_modularity():
+    n, edges, weights, groups = _union(planted_partition([8, 8], 0.8, 0.1, seed=5)[:3],
+                                       planted_partition([6, 6, 6], 0.8, 0.1, seed=6)[:3])
+    node_w = group_node_weights(n, edges, weights, groups)
+    labels = np.random.default_rng(0).integers(0, 3, n) + 3 * groups  # any partition within the graphs
+    cpm = sum(weights[(labels[edges[:, 0]] == c) & (labels[edges[:, 1]] == c)].sum() - node_w[labels == c].sum() ** 2 / 2
+              for c in set(labels.tolist()))
+    expected = 0.0
+    for g in (0, 1):
+        mine = groups[edges[:, 0]] == g
+        nodes = np.flatnonzero(groups == g)
+        local = np.full(n, -1)
+        local[nodes] = np.arange(len(nodes))
+        expected += modularity(len(nodes), local[edges[mine]], weights[mine], labels[nodes]) * weights[mine].sum()
+    assert cpm == pytest.approx(expected)
+
+
+def test_cugraph_engine_routes_small_graphs_to_igraph_without_a_gpu():
+    from graphwright.cluster_gpu import CugraphEngine
+
+    n, edges, weights = hierarchical_graph()
+    cfg = ClusterConfig(max_cluster_size=10)
+    engine = CugraphEngine(gpu_min_edges=10**9)  # every graph is below the GPU threshold: no cugraph import
+    communities = hierarchical_leiden(n, edges, weights, cfg, engine)
+    check_hierarchy(n, communities, 10, edges, IgraphEngine(), cfg)
+    assert max(c.level for c in communities) >= 1

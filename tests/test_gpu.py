@@ -1,5 +1,6 @@
 """GPU checks (marked `gpu`; run by scripts/gpu-check on a machine with an NVIDIA GPU and a local
-model directory in GRAPHWRIGHT_GPU_MODEL). Never run by the default suite or CI."""
+model directory in GRAPHWRIGHT_GPU_MODEL). Never run by the default suite or CI. The cuGraph and
+cuVS checks compare the GPU engines with the CPU ones through the same interfaces."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ MODEL = os.environ.get("GRAPHWRIGHT_GPU_MODEL")
 
 @pytest.fixture(scope="module")
 def prompts():
-    from graphwright.chunking import chunk_text
     from _helpers import CORPUS
+
+    from graphwright.chunking import chunk_text
 
     text = " ".join(p.read_text() for p in sorted(CORPUS.rglob("*.txt")))
     return [c["text"] for c in chunk_text("gpu", text * 8, 254, 32)][:64]
@@ -58,3 +60,64 @@ def test_vllm_extraction_throughput_against_bare_vllm(prompts):
     bare_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
     print(f"\ngraphwright vllm engine: {ours_tokens / ours:.0f} output tok/s ({len(ok)} answers, {parsed} parsed, {ours:.1f} s incl. engine start)")
     print(f"bare vLLM LLM.chat:      {bare_tokens / bare:.0f} output tok/s ({bare:.1f} s, engine already loaded)")
+    print(f"throughput ratio graphwright / bare vLLM: {(ours_tokens / ours) / (bare_tokens / bare):.2f}")
+
+
+def test_cugraph_hierarchy_against_igraph():
+    pytest.importorskip("cugraph")
+    import numpy as np
+    from test_cluster import check_hierarchy, planted_partition
+
+    from graphwright.cluster import IgraphEngine, hierarchical_leiden, modularity
+    from graphwright.cluster_gpu import CugraphEngine
+    from graphwright.config import ClusterConfig
+
+    n, edges, weights, planted = planted_partition([120] * 8 + [40] * 10, 0.15, 0.004, seed=9)
+    cfg = ClusterConfig(engine="cugraph", max_cluster_size=30)
+    engine = CugraphEngine(gpu_min_edges=1)  # every split on the GPU
+    communities = hierarchical_leiden(n, edges, weights, cfg, engine)
+    check_hierarchy(n, communities, 30, edges, engine, cfg)
+    assert max(c.level for c in communities) >= 1
+
+    def top(result):
+        labels = np.empty(n, dtype=np.int64)
+        for k, c in enumerate(c for c in result if c.level == 0):
+            labels[c.members] = k
+        return labels
+
+    cpu = hierarchical_leiden(n, edges, weights, ClusterConfig(max_cluster_size=30), IgraphEngine())
+    gpu_q, cpu_q = modularity(n, edges, weights, top(communities)), modularity(n, edges, weights, top(cpu))
+    print(f"\ntop-level modularity: cugraph {gpu_q:.4f}, igraph {cpu_q:.4f}, planted {modularity(n, edges, weights, planted):.4f}")
+    assert gpu_q >= cpu_q - 0.02
+
+
+def test_cuvs_index_against_faiss(tmp_path):
+    pytest.importorskip("cuvs")
+    import numpy as np
+
+    from graphwright.config import VectorConfig
+    from graphwright.vectors import build_index, load_index, save_index
+
+    rng = np.random.default_rng(3)
+    centers = rng.normal(size=(50, 64))
+    data = centers[rng.integers(0, 50, 20_000)] + 0.3 * rng.normal(size=(20_000, 64))
+    data = (data / np.linalg.norm(data, axis=1, keepdims=True)).astype(np.float32)
+    queries = data[:200]
+    ids = [f"v{i}" for i in range(len(data))]
+    exact = build_index(ids, data, VectorConfig(engine="faiss", hnsw_threshold=10**9)).search(queries, 10)
+
+    def recall(hits):
+        return np.mean([len({h for h, _ in a} & {h for h, _ in b}) / 10 for a, b in zip(hits, exact)])
+
+    brute = build_index(ids, data, VectorConfig(engine="cuvs", hnsw_threshold=10**9))
+    assert brute.index.kind == "brute_force"
+    hits = brute.search(queries, 10)
+    assert recall(hits) >= 0.99
+    assert np.allclose([s for row in hits for _, s in row], [s for row in exact for _, s in row], atol=1e-3)
+    cagra = build_index(ids, data, VectorConfig(engine="cuvs", hnsw_threshold=1000))
+    assert cagra.index.kind == "cagra"
+    assert recall(cagra.search(queries, 10)) >= 0.9
+    save_index(cagra, tmp_path / "v.index")
+    loaded = load_index(tmp_path / "v.index")
+    assert loaded.index.kind == "cagra"
+    assert [[h for h, _ in row] for row in loaded.search(queries, 10)] == [[h for h, _ in row] for row in cagra.search(queries, 10)]

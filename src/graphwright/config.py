@@ -97,7 +97,7 @@ class ResolveConfig(_Section):
 
 
 class ClusterConfig(_Section):
-    engine: Literal["igraph", "leidenalg"] = "igraph"  # cugraph: see the scale issue
+    engine: Literal["igraph", "leidenalg", "cugraph"] = "igraph"  # cugraph: the [gpu] extra
     max_cluster_size: int = Field(25, ge=2)
     resolution: float = Field(1.0, gt=0)
     seed: int = 42
@@ -145,7 +145,7 @@ class EmbedConfig(_Section):
 
 
 class VectorConfig(_Section):
-    engine: Literal["faiss"] = "faiss"  # cuvs: see the scale issue
+    engine: Literal["faiss", "cuvs"] = "faiss"  # cuvs: the [gpu] extra
     # exact inner-product search below this many vectors, HNSW above
     hnsw_threshold: int = Field(200_000, ge=1)
 

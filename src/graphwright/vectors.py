@@ -1,8 +1,10 @@
 """Vector indexes behind one interface: build from ids + normalized vectors, save, load, search.
-CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above)."""
+CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above). GPU: cuVS
+(brute force below the threshold, CAGRA above; graphwright.vectors_gpu)."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from graphwright.config import VectorConfig
 @dataclass
 class VectorIndex:
     ids: list[str]
-    index: object  # faiss.Index
+    index: object  # a faiss.Index, or a vectors_gpu.CuvsIndex: search(queries, k) -> (scores, positions)
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         if not self.ids:
@@ -24,12 +26,16 @@ class VectorIndex:
         k = min(k, len(self.ids))
         scores, positions = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
         return [
-            [(self.ids[p], float(s)) for p, s in zip(prow, srow) if p >= 0]
+            [(self.ids[p], float(s)) for p, s in zip(prow, srow) if 0 <= p < len(self.ids)]
             for prow, srow in zip(positions, scores)
         ]
 
 
 def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig) -> VectorIndex:
+    if config.engine == "cuvs" and len(ids):
+        from graphwright.vectors_gpu import CuvsIndex
+
+        return VectorIndex(list(ids), CuvsIndex.build(vectors, exact=len(ids) < config.hnsw_threshold))
     import faiss
 
     dim = vectors.shape[1] if len(vectors) else 1
@@ -74,15 +80,30 @@ def load_from(files, relative: str) -> VectorIndex:
 
 
 def to_bytes(vi: VectorIndex) -> tuple[bytes, bytes]:
-    import faiss
-
+    """(index bytes, ids parquet bytes); the parquet's metadata records the index kind."""
+    kind = getattr(vi.index, "kind", "faiss")
     sink = pa.BufferOutputStream()
-    pq.write_table(pa.table({"item_id": pa.array(vi.ids, pa.string())}), sink)
-    return faiss.serialize_index(vi.index).tobytes(), sink.getvalue().to_pybytes()
+    ids = pa.table({"item_id": pa.array(vi.ids, pa.string())}).replace_schema_metadata({"index_kind": kind})
+    pq.write_table(ids, sink)
+    if kind == "faiss":
+        import faiss
+
+        return faiss.serialize_index(vi.index).tobytes(), sink.getvalue().to_pybytes()
+    with tempfile.TemporaryDirectory() as tmp:  # cuVS saves to a path only
+        vi.index.save(Path(tmp) / "index")
+        return (Path(tmp) / "index").read_bytes(), sink.getvalue().to_pybytes()
 
 
 def from_bytes(index_bytes: bytes, ids_bytes: bytes) -> VectorIndex:
+    table = pq.read_table(pa.BufferReader(ids_bytes))
+    kind = (table.schema.metadata or {}).get(b"index_kind", b"faiss").decode()
+    ids = table.column("item_id").to_pylist()
+    if kind != "faiss":
+        from graphwright.vectors_gpu import CuvsIndex
+
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "index").write_bytes(index_bytes)
+            return VectorIndex(ids, CuvsIndex.load(kind, Path(tmp) / "index"))
     import faiss
 
-    ids = pq.read_table(pa.BufferReader(ids_bytes)).column("item_id").to_pylist()
     return VectorIndex(ids, faiss.deserialize_index(np.frombuffer(index_bytes, dtype=np.uint8)))
