@@ -17,13 +17,13 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def run(action: Callable[[], dict]) -> int:
     """Print the result as one JSON line; on failure print why on stderr and exit 1, or 75
     (EX_TEMPFAIL: try again later) when another run holds the index."""
-    from graphwright.lock import LOCKED_EXIT, IndexLocked
+    from graphwright.lock import LOCKED_EXIT, IndexLocked, LockLost
     from graphwright.pipeline import NothingToIndex, RefusedDeletion, TooManyFailures
     from graphwright.publish import NoPublishedVersion
 
     try:
         result = action()
-    except IndexLocked as exc:
+    except (IndexLocked, LockLost) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return LOCKED_EXIT
     except (NothingToIndex, RefusedDeletion, TooManyFailures, NoPublishedVersion, ValueError) as exc:

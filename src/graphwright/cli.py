@@ -74,7 +74,7 @@ def index(
 ) -> None:
     """Index SOURCES into an index directory and publish a new version."""
     from graphwright.config import ConfigError, load_config
-    from graphwright.lock import IndexLocked
+    from graphwright.lock import IndexLocked, LockLost
     from graphwright.pipeline import NothingToIndex, RefusedDeletion, TooManyFailures, run_index
 
     overrides: dict = {}
@@ -94,7 +94,7 @@ def index(
         _fail(f"{exc}. Nothing was changed in {index_dir}.")
     except TooManyFailures as exc:
         _fail(str(exc))
-    except IndexLocked as exc:
+    except (IndexLocked, LockLost) as exc:
         _fail(str(exc), LOCKED_EXIT)
     except ValueError as exc:  # e.g. an engine chosen without the settings it needs
         _fail(str(exc))
@@ -116,7 +116,7 @@ def delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete documents and everything that only they supported, then publish a new version."""
-    from graphwright.lock import IndexLocked
+    from graphwright.lock import IndexLocked, LockLost
     from graphwright.pipeline import run_delete
     from graphwright.publish import NoPublishedVersion
 
@@ -126,7 +126,7 @@ def delete(
         summary = run_delete(index_dir, doc_ids=doc_id, source_globs=source_glob, show_progress=not as_json)
     except NoPublishedVersion as exc:
         _fail(str(exc))
-    except IndexLocked as exc:
+    except (IndexLocked, LockLost) as exc:
         _fail(str(exc), LOCKED_EXIT)
     _emit_summary(summary, as_json)
 
@@ -148,7 +148,7 @@ def rollback(
     as_json: JsonOpt = False,
 ) -> None:
     """Restore the tables to a published version and publish that state as a new version."""
-    from graphwright.lock import IndexLocked, run_lock
+    from graphwright.lock import IndexLocked, LockLost, run_lock
     from graphwright.pipeline import new_run_id
     from graphwright.publish import NoPublishedVersion, rollback as do_rollback
 
@@ -158,7 +158,7 @@ def rollback(
             manifest = do_rollback(store, to, run_id)
     except NoPublishedVersion as exc:
         _fail(str(exc))
-    except IndexLocked as exc:
+    except (IndexLocked, LockLost) as exc:
         _fail(str(exc), LOCKED_EXIT)
     result = {"rolled_back_to": to, "version": manifest["version"], "counts": manifest["counts"]}
     if as_json:
@@ -176,7 +176,7 @@ def vacuum(
     as_json: JsonOpt = False,
 ) -> None:
     """Retention: drop old published versions and the files only they needed."""
-    from graphwright.lock import IndexLocked, run_lock
+    from graphwright.lock import IndexLocked, LockLost, run_lock
     from graphwright.pipeline import new_run_id
     from graphwright.publish import NoPublishedVersion, retain
 
@@ -186,7 +186,7 @@ def vacuum(
             result = retain(store, keep, dry_run=dry_run)
     except (NoPublishedVersion, ValueError) as exc:
         _fail(str(exc))
-    except IndexLocked as exc:
+    except (IndexLocked, LockLost) as exc:
         _fail(str(exc), LOCKED_EXIT)
     if as_json:
         typer.echo(json.dumps(result))
@@ -375,8 +375,13 @@ def cost(
     from graphwright.config import load_config
     from graphwright.costs import by_stage, cost_history, index_prices
 
+    from graphwright.config import ConfigError
+
     store = _existing_index(index_dir)
-    price_table = load_config(prices).cost if prices else None
+    try:
+        price_table = load_config(prices).cost if prices else None
+    except ConfigError as exc:
+        _fail(str(exc), 2)
     cur = (price_table or index_prices(store)).currency
     history = cost_history(store, price_table)
     if not history:
@@ -384,7 +389,10 @@ def cost(
     if plot:
         from graphwright.cost_plot import plot_history
 
-        plot_history(history[-last:], plot, cur)
+        try:
+            plot_history(history[-last:], plot, cur)
+        except (OSError, ValueError) as exc:
+            _fail(f"cannot write the plot {plot}: {exc}")
     if as_json:
         typer.echo(json.dumps({"index": str(index_dir), "currency": cur, "runs": history, "by_stage": by_stage(history)}, default=str))
         return

@@ -7,11 +7,11 @@ RAY_ADDRESS names a cluster, the pipeline joins that cluster instead of starting
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-from graphwright import tables
 from graphwright.config import PipelineConfig, load_config
-from graphwright.costs import cost_history
+from graphwright.costs import cost_history, index_prices
 from graphwright.publish import DATA_TABLES
 from graphwright.store import IndexStore
 
@@ -26,12 +26,17 @@ def job_config(path: str | None) -> PipelineConfig:
 
 def cost_summary(index: str, plot: str | None = None) -> dict:
     """The latest run's cost beside the estimated cost of a full rebuild; optionally the plot."""
-    history = cost_history(IndexStore(index))
+    store = IndexStore(index)
+    history = cost_history(store)
     latest = history[-1]
     if plot:
         from graphwright.cost_plot import plot_history
 
-        plot_history(history, plot)
+        try:  # the run succeeded: a plot that cannot be written must not turn it into a failure
+            plot_history(history, plot, index_prices(store).currency)
+        except (OSError, ValueError) as exc:
+            print(f"warning: no cost plot: {exc}", file=sys.stderr)
+            plot = None
     keys = ("run_id", "command", "status", "wall_s", "cpu_s", "worker_cpu_s", "gpu_s", "llm_calls", "cache_hits", "tokens",
             "bytes_written", "cost", "full_rebuild_cost", "full_rebuild_s", "full_rebuild_tokens", "saved_cost")
     return {k: latest[k] for k in keys} | {"runs_recorded": len(history), "plot": plot}
@@ -52,15 +57,10 @@ def rebuild(sources: list[str], index: str, config: PipelineConfig, *, drop_llm_
     Delta commit, so published versions stay readable (and can be rolled back to) and a
     rebuild killed halfway is finished by the next run. The LLM cache is kept unless asked:
     answers to identical prompts are still valid."""
-    from graphwright.lock import run_lock
-    from graphwright.pipeline import new_run_id, run_index
+    from graphwright.pipeline import run_index
 
-    store = IndexStore(index)
-    with run_lock(store, new_run_id(), "rebuild"):  # not while another run writes these tables
-        for name in DERIVED_TABLES + (("llm_cache",) if drop_llm_cache else ()):
-            if store.exists(name):
-                store.overwrite(name, tables.empty(name))
-    summary = run_index(sources, index, config, mirror=True, show_progress=False)
+    summary = run_index(sources, index, config, mirror=True, show_progress=False,
+                        rebuild=DERIVED_TABLES + (("llm_cache",) if drop_llm_cache else ()))
     return {"run": summary, "cost": cost_summary(index, plot)}
 
 
@@ -84,4 +84,6 @@ def rollback(index: str, to_version: int) -> dict:
 
 def default_plot_path(index: str) -> str | None:
     """Beside a local index; object-store indexes get no plot unless one is asked for."""
-    return str(Path(index) / "reports" / "cost.png") if "://" not in index else None
+    from graphwright.storage import is_uri
+
+    return None if is_uri(index) else str(Path(index) / "reports" / "cost.png")

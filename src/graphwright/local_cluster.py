@@ -59,10 +59,10 @@ class LocalCluster:
             raise
 
     def _start(self, name: str, args: list[str], tmp: Path) -> None:
-        log = open(tmp / f"ray-{name}.log", "w")
         # --block keeps `ray start` in the foreground, so its process group holds the node's processes
-        self.processes.append(subprocess.Popen([str(RAY), "start", "--block", "--disable-usage-stats", *args], env=self.env,
-                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        with open(tmp / f"ray-{name}.log", "w") as log:
+            self.processes.append(subprocess.Popen([str(RAY), "start", "--block", "--disable-usage-stats", *args], env=self.env,
+                                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def _wait(self, ready, what: str, timeout: float = 180) -> None:
         deadline = time.time() + timeout
@@ -109,4 +109,8 @@ class LocalCluster:
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                p.wait()

@@ -151,6 +151,9 @@ class LeaseLock:
                 return
             except BaseError:  # a transient store error: try again at the next beat (the lease
                 continue       # outlives two missed beats)
+            except Exception as exc:  # anything else: say so, rather than let the lease lapse unnoticed
+                self.lost = f"renewing the lease on {self.location} failed: {type(exc).__name__}: {exc}"
+                return
 
     def check(self) -> None:
         """Raise LockLost when the lease was taken over (call before publishing)."""

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright import ids
+from graphwright import ids, tables
 from graphwright.chunking import Chunker
 from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
@@ -82,7 +82,15 @@ class Run:
         wall, cpu = time.perf_counter(), _cpu_seconds()
         self.store.journal = {}
         llm_before, worker_before = dict(self.llm_totals), self.worker_cpu_s()
-        yield details
+        try:
+            yield details
+        except BaseException as exc:  # what a failed stage used (LLM calls included) still counts
+            details["failed"] = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            self._record_stage(name, details, wall, cpu, llm_before, worker_before)
+
+    def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float) -> None:
         wall_s = time.perf_counter() - wall
         written, self.store.journal = self.store.journal, None
         llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")}
@@ -614,11 +622,19 @@ def stage_publish(run: Run, vector_indexes: dict[str, str]) -> dict:
         manifest = publish.publish(store, run.run_id, run.config, vector_indexes)
         m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"], new_version=manifest["new"],
                  work_unit="versions", work_done=1, work_total=1)
+    manifest["export_errors"] = {}
     for fmt in run.config.publish.exports:  # an export missing from an earlier run is written now
         from graphwright.exports import export
 
+        # the version is published already: a failed export is reported, not a failed run
         with run.stage(f"export:{fmt}") as m:
-            written = export(store.root, fmt, manifest["version"])
+            try:
+                written = export(store.root, fmt, manifest["version"])
+            except Exception as exc:
+                manifest["export_errors"][fmt] = f"{type(exc).__name__}: {exc}"
+                run.log(f"[yellow]export {fmt} of version {manifest['version']} failed[/]: {exc}")
+                m.update(error=manifest["export_errors"][fmt], work_unit="exports", work_done=0, work_total=1)
+                continue
             m.update(rows_out=int(written["written"]), version=manifest["version"], path=written["path"],
                      work_unit="exports", work_done=int(written["written"]), work_total=1)
     return manifest
@@ -638,12 +654,21 @@ def run_index(
     *,
     mirror: bool = True,
     force: bool = False,
+    rebuild: tuple[str, ...] = (),
     show_progress: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> dict:
     """Index `sources` into `index_dir` (mirror: the sources are the whole corpus; otherwise an
-    append batch) and publish a version. Returns the run summary."""
-    return _run_pipeline("index", index_dir, config, lambda run: stage_ingest(run, sources, mirror, force), show_progress, log)
+    append batch) and publish a version. Returns the run summary. `rebuild` names tables to
+    empty first (a new Delta commit each, so published versions stay readable), under the same
+    run lock: a full rebuild recomputes everything derived from them."""
+    def first_stage(run: Run) -> dict:
+        for name in rebuild:
+            if run.store.exists(name):
+                run.store.overwrite(name, tables.empty(name))
+        return stage_ingest(run, sources, mirror, force)
+
+    return _run_pipeline("rebuild" if rebuild else "index", index_dir, config, first_stage, show_progress, log)
 
 
 def run_delete(
@@ -709,6 +734,7 @@ def _run_locked(store: IndexStore, run_id: str, lock, command: str, config: Pipe
             reports=counts["community_reports"],
             version=manifest["version"],
             new_version=manifest["new"],
+            export_errors=manifest["export_errors"],
             documents_diff=first["diff"],
             source_errors=first["errors"],
             recomputed={

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -205,6 +206,9 @@ def to_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(sorted(rows, key=lambda r: r["community_id"]), schema=tables.schema("community_reports").arrow)
 
 
+_LAZY_WRITES = threading.Lock()
+
+
 def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportConfig, llm, *,
                    pins: dict[str, int] | None = None, run_id: str | None = None) -> list[dict]:
     """Reports of `community_ids` (those of at least `min_size` entities), writing the missing
@@ -215,8 +219,6 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     every version whose community has the same inputs. New reports are upserted there (a failed
     one is returned as its extractive fallback but not stored, so a later query retries it) and
     the calls are recorded in llm_calls with stage 'report' under `run_id`."""
-    from graphwright.llm.cache import record_calls
-
     def read(name, **kw):
         return store.read(name, version=(pins or {}).get(name), **kw)
 
@@ -228,9 +230,18 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     from graphwright.llm_reports import needed
 
     hashes = [reports.plans[c].input_hash for c in needed(reports.plans, targets)]
-    existing = {r["input_hash"]: r for r in _read_in(store.read, "community_reports", "input_hash", hashes,
-                                                      tables.schema("community_reports").arrow.names)}
-    rows, calls, _ = reports.write(targets, existing)
+    # one writer at a time in this process (concurrent queries of a server would otherwise race
+    # on the same MERGE); a report written meanwhile by another query is found, not paid twice
+    with _LAZY_WRITES:
+        existing = {r["input_hash"]: r for r in _read_in(store.read, "community_reports", "input_hash", hashes,
+                                                          tables.schema("community_reports").arrow.names)}
+        rows, calls, _ = reports.write(targets, existing)
+        return _store_lazy(store, targets, rows, calls, existing, llm, run_id)
+
+
+def _store_lazy(store: IndexStore, targets: list[str], rows: dict, calls: list, existing: dict, llm, run_id: str | None) -> list[dict]:
+    from graphwright.llm.cache import record_calls
+
     gen = generator_of(llm)
     fresh = [r for cid, r in rows.items() if r["generator"] == gen and existing.get(r["input_hash"], {}).get("community_id") != cid]
     if fresh:

@@ -20,6 +20,10 @@ SUMMARY = "export.json"  # written last: its presence marks a complete export
 
 
 def export_dir(index_dir: str | Path, fmt: str, version: int) -> Path:
+    from graphwright.storage import is_uri
+
+    if is_uri(index_dir):
+        raise ValueError(f"{index_dir} is on an object store: give the export a local directory (--out)")
     return Path(index_dir) / "exports" / fmt / f"v{version}"
 
 
