@@ -24,15 +24,17 @@ def load_questions(path: str | Path) -> list[dict]:
 
 
 def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: int | None = None,
-             searcher: Searcher | None = None) -> dict:
+             searcher: Searcher | None = None, **options) -> dict:
     """`recall@k`: mean share of a question's gold documents in the top-k evidence;
-    `all_gold@k`: share of questions with every gold document there. Gold ids are source keys."""
+    `all_gold@k`: share of questions with every gold document there. Gold ids are source keys.
+    `options` go to Searcher.search (e.g. `level` for global)."""
     searcher = searcher or Searcher(index_dir, version)
     per_question, started = [], time.perf_counter()
     for q in questions:
         t = time.perf_counter()
         gold = {doc_id(g) for g in q["gold_doc_ids"]}
-        got = [e["doc_id"] for e in searcher.search(q["question"], mode, k)["evidence"][:k]]
+        # retrieval only: no LLM (global ranks its reports, the lightrag modes take keywords from the question)
+        got = [e["doc_id"] for e in searcher.search(q["question"], mode, k, use_llm=False, **options)["evidence"][:k]]
         hit = len(gold & set(got))
         per_question.append({"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold),
                              "seconds": round(time.perf_counter() - t, 4)})
