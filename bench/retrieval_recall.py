@@ -2,8 +2,9 @@
 
     python bench/retrieval_recall.py --index DIR --questions ../shared/data/hotpotqa-dev/questions.jsonl [--k 10]
 
-Prints, per mode, the share of questions whose gold documents all appear in the top-k evidence
-and the mean gold recall@k (graphwright.evaluate). Prints figures; asserts nothing.
+Prints, per mode, the share of questions whose gold documents all appear in the top-k evidence,
+the mean gold recall@k, and the share of short-answer questions whose answer text occurs in the
+top-k evidence (graphwright.evaluate). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from graphwright.evaluate import evaluate, load_questions
-from graphwright.query import Searcher
+from graphwright.query import MODES, Searcher
 
 
 def main() -> int:
@@ -22,7 +23,7 @@ def main() -> int:
     parser.add_argument("--index", required=True)
     parser.add_argument("--questions", required=True)
     parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--modes", default="naive,local")
+    parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if not Path(args.questions).exists():
@@ -35,9 +36,11 @@ def main() -> int:
         print(json.dumps({m: {k: v for k, v in r.items() if k != "per_question"} for m, r in results.items()}))
         return 0
     k = args.k
-    print(f"{'mode':<8} {'questions':>9} {'all gold in top' + str(k):>18} {'recall@' + str(k):>10} {'s/query':>8}")
+    print(f"{'mode':<8} {'questions':>9} {'all gold in top' + str(k):>18} {'recall@' + str(k):>10} {'answer in top' + str(k):>16} {'s/query':>8}")
     for mode, r in results.items():
-        print(f"{mode:<8} {r['questions']:>9} {r[f'all_gold@{k}']:>18.3f} {r[f'recall@{k}']:>10.3f} {r['seconds_per_query']:>8.3f}")
+        found = r[f"answer_in_evidence@{k}"]
+        found = f"{found:.3f} of {r['short_answer_questions']}" if found is not None else "-"
+        print(f"{mode:<8} {r['questions']:>9} {r[f'all_gold@{k}']:>18.3f} {r[f'recall@{k}']:>10.3f} {found:>16} {r['seconds_per_query']:>8.3f}")
     return 0
 
 

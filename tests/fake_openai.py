@@ -65,7 +65,7 @@ class FakeOpenAI:
                  "score": 0 if any(m in title for m in self.zero_score_markers) else 50 + int(n)}
                 for n, title in re.findall(r"\[Report (\d+)\] # ([^\n]*)", system)]})
         if "\nPoints:\n" in system:  # a global reduce request: cite every report the points cite
-            cited = sorted({int(n) for group in re.findall(r"\[([\d, ]+)\]$", system, re.M) for n in group.split(",")})
+            cited = sorted({int(n) for group in re.findall(r"\[([\d, ]+)\]$", system, re.MULTILINE) for n in group.split(",")})
             return f"{len(system.splitlines()) - system.splitlines().index('Points:') - 1} points " + "".join(f"[{n}]" for n in cited)
         if "high_level_keywords" in system:  # keyword extraction: capitalized words are low-level keys
             return json.dumps({"high_level_keywords": ["travel"], "low_level_keywords": re.findall(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)*", user[-1])})

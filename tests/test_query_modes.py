@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -125,7 +126,7 @@ def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
     result = searcher.search("How are Alder Voss and Brin Tallow connected?", "graph", 5)
     assert {e["name"] for e in result["entities"]} == {"Alder Voss", "Brin Tallow"}  # adjacent: the tree is one edge
     assert result["tree"] == {"nodes": 2, "edges": 1}
-    assert [e["source_key"] for e in searcher.attach_titles(result)["evidence"]][0] == "bridge.txt"
+    assert searcher.attach_titles(result)["evidence"][0]["source_key"] == "bridge.txt"
 
 
 # -- global: map-reduce over reports -------------------------------------------------------------
@@ -234,6 +235,9 @@ def test_eval_scores_every_mode_against_gold_documents(indexed):
     for mode in MODES:
         result = evaluate(str(indexed), questions, mode, 10, searcher=searcher)
         for q, p in zip(questions, result["per_question"]):
-            got = {e["doc_id"] for e in searcher.search(q["question"], mode, 10, use_llm=False)["evidence"][:10]}
+            evidence = searcher.search(q["question"], mode, 10, use_llm=False)["evidence"][:10]
             gold = {doc_id(g) for g in q["gold_doc_ids"]}
-            assert p["recall"] == len(gold & got) / len(gold)
+            assert p["recall"] == len(gold & {e["doc_id"] for e in evidence}) / len(gold)
+            words = " ".join(re.findall(r"\w+", " ".join(e["text"] for e in evidence).casefold()))
+            assert p["answer_found"] == (" ".join(re.findall(r"\w+", q["answer"].casefold())) in words)
+        assert result["short_answer_questions"] == len(questions)

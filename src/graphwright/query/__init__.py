@@ -11,7 +11,7 @@ Every mode returns `evidence` (ranked, each with doc_id and chunk_id provenance)
 
 from __future__ import annotations
 
-from graphwright.query.searcher import MODES, Searcher, query_llm
+from graphwright.query.searcher import MODES, Searcher
 
 __all__ = ["MODES", "Searcher", "query"]
 

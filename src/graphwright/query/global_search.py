@@ -125,7 +125,7 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, level: int | None
     used, _ = take_within(lines, lines, qc.global_reduce_tokens, at_least=1)
     reduce_request = LLMRequest(messages=(("system", REDUCE_SYSTEM + "\n".join(used)), ("user", question)),
                                 max_tokens=min(llm.max_tokens, 800), temperature=llm.temperature, prompt_version=REDUCE_VERSION)
-    ((key, response, hit),) = final = complete(searcher, [reduce_request])
+    ((_, response, _),) = final = complete(searcher, [reduce_request])
     result["llm"] = usage(llm, calls + final)
     if not response.ok:
         result.update(answer=None, answer_error=response.error)
