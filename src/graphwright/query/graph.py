@@ -24,19 +24,22 @@ from graphwright.query.keywords import question_keywords
 
 
 def entity_graph(searcher):
-    """igraph Graph over all entities with relationships, cached per searcher: (graph, ids, position)."""
-    if "_entity_graph" not in searcher.__dict__:
-        import igraph as ig
+    """igraph Graph over all entities with relationships (vertex names are entity ids), and
+    entity id -> vertex; built once per searcher."""
+    return searcher.memo("entity_graph", lambda: _build_graph(searcher))
 
-        rel = searcher.index.read("relationships", columns=["source_id", "target_id", "weight"])
-        src, dst = rel.column("source_id").to_pylist(), rel.column("target_id").to_pylist()
-        ids = sorted(set(src) | set(dst))
-        position = {e: i for i, e in enumerate(ids)}
-        g = ig.Graph(n=len(ids), edges=[(position[a], position[b]) for a, b in zip(src, dst)], directed=False)
-        g.vs["name"] = ids
-        g.es["weight"] = rel.column("weight").to_pylist()
-        searcher.__dict__["_entity_graph"] = (g, ids, position)
-    return searcher.__dict__["_entity_graph"]
+
+def _build_graph(searcher):
+    import igraph as ig
+
+    rel = searcher.index.read("relationships", columns=["source_id", "target_id", "weight"])
+    src, dst = rel.column("source_id").to_pylist(), rel.column("target_id").to_pylist()
+    ids = sorted(set(src) | set(dst))
+    position = {e: i for i, e in enumerate(ids)}
+    g = ig.Graph(n=len(ids), edges=[(position[a], position[b]) for a, b in zip(src, dst)], directed=False)
+    g.vs["name"] = ids
+    g.es["weight"] = rel.column("weight").to_pylist()
+    return g, position
 
 
 def seeds(searcher, question: str, q: np.ndarray) -> dict[str, float]:
@@ -65,7 +68,8 @@ def seeds(searcher, question: str, q: np.ndarray) -> dict[str, float]:
 def search(searcher, question: str, q: np.ndarray, top_k: int, **_) -> dict:
     qc = searcher.config.query
     reset = seeds(searcher, question, q)
-    g, ids, position = entity_graph(searcher)
+    g, position = entity_graph(searcher)
+    ids = g.vs["name"]
     mass: dict[str, float] = {}
     in_graph = {e: w for e, w in reset.items() if e in position and w > 0}
     if in_graph:

@@ -32,6 +32,7 @@ class Searcher:
         self.config = self.index.config
         self.embedder = make_embedder(self.config.embed)
         self._vectors = {}
+        self._memo = {}
         self._llm = None
 
     # -- vectors --------------------------------------------------------------------------------
@@ -64,10 +65,13 @@ class Searcher:
         return dict(zip(present, (mat @ q).tolist()))
 
     def _positions(self, kind: str) -> dict[str, int]:
-        key = "_pos_" + kind
-        if key not in self.__dict__:
-            self.__dict__[key] = {c: i for i, c in enumerate(self.vectors(kind).ids)}
-        return self.__dict__[key]
+        return self.memo(("positions", kind), lambda: {c: i for i, c in enumerate(self.vectors(kind).ids)})
+
+    def memo(self, key, build):
+        """A value derived from this version, built once per searcher (a version never changes)."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
 
     # -- tables ---------------------------------------------------------------------------------
 
