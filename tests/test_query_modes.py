@@ -241,3 +241,13 @@ def test_eval_scores_every_mode_against_gold_documents(indexed):
             words = " ".join(re.findall(r"\w+", " ".join(e["text"] for e in evidence).casefold()))
             assert p["answer_found"] == (" ".join(re.findall(r"\w+", q["answer"].casefold())) in words)
         assert result["short_answer_questions"] == len(questions)
+
+
+def test_global_merges_repeated_points():
+    from graphwright.query.global_search import _unique
+
+    points = [{"description": "Revenue grew.", "score": 80, "reports": [1]},
+              {"description": "revenue  grew.", "score": 60, "reports": [3]},
+              {"description": "Costs fell.", "score": 50, "reports": [2]}]
+    assert _unique(points) == [{"description": "Revenue grew.", "score": 80, "reports": [1, 3]},
+                               {"description": "Costs fell.", "score": 50, "reports": [2]}]

@@ -117,7 +117,9 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, level: int | None
             continue
         points += parse_points(response.text, batch)
     kept = sorted((p for p in points if p["score"] > 0), key=lambda p: (-p["score"], p["description"]))
-    result.update(points=kept, dropped_points=len(points) - len(kept), failed_maps=failed)
+    dropped = len(points) - len(kept)
+    kept = _unique(kept)  # a small model repeats itself; a point said twice is one point
+    result.update(points=kept, dropped_points=dropped, failed_maps=failed)
     if not kept:
         result.update(answer=NO_DATA, citations=[], llm=usage(llm, calls))
         return result
@@ -135,6 +137,18 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, level: int | None
     result["answer"] = response.text.strip()
     result["citations"] = [{"n": n, "community_id": reports[n - 1]["community_id"], "doc_ids": reports[n - 1]["doc_ids"]} for n in cited]
     return result
+
+
+def _unique(points: list[dict]) -> list[dict]:
+    """Points with the same description (case and spacing aside) merged: best score, all citations."""
+    merged: dict[str, dict] = {}
+    for p in points:
+        key = " ".join(p["description"].casefold().split())
+        if key in merged:
+            merged[key]["reports"] = sorted(set(merged[key]["reports"]) | set(p["reports"]))
+        else:
+            merged[key] = {**p}
+    return list(merged.values())
 
 
 def map_batches(reports: list[dict], budget: int) -> list[list[int]]:
