@@ -104,15 +104,22 @@ def _keys(result):
     return [e["source_key"] for e in result["evidence"]]
 
 
+def graph_search(index, question: str, **settings) -> dict:
+    """Graph mode by PageRank alone (no dense similarity), plus `settings`."""
+    searcher = Searcher(str(index))
+    searcher.config = make_config(query={"graph_dense_weight": 0.0, **settings})
+    return searcher.attach_titles(searcher.search(question, "graph", 5))
+
+
 def test_pagerank_ranks_the_chunk_connecting_two_question_entities_first(small_graph):
-    result = query(str(small_graph), "How are Alder Voss and Brin Tallow connected?", mode="graph", top_k=5, answer=False)
+    result = graph_search(small_graph, "How are Alder Voss and Brin Tallow connected?")
     assert _keys(result)[0] == "bridge.txt"
     assert {"Alder Voss", "Brin Tallow"} <= {s["name"] for s in result["seeds"]}
 
 
 def test_pagerank_reaches_entities_the_question_does_not_name(small_graph):
     # Brin Tallow is named; Esk Marrow is his neighbour; Orla Finch only Esk Marrow's
-    result = query(str(small_graph), "Who is Brin Tallow?", mode="graph", top_k=5, answer=False)
+    result = graph_search(small_graph, "Who is Brin Tallow?")
     keys = _keys(result)
     assert keys.index("brin.txt") < keys.index("esk.txt")  # two hops beats three
     assert "far.txt" not in keys  # no path from the question's entities: no mass
@@ -120,13 +127,18 @@ def test_pagerank_reaches_entities_the_question_does_not_name(small_graph):
     assert mass["Brin Tallow"] > mass["Esk Marrow"] > mass.get("Orla Finch", 0) > 0
 
 
+def test_dense_weight_adds_the_chunks_nearest_the_question(small_graph):
+    question = "Who is Brin Tallow?"
+    assert "far.txt" not in _keys(graph_search(small_graph, question))
+    blended = graph_search(small_graph, question, graph_dense_weight=1.0)
+    assert "far.txt" in _keys(blended)  # no PageRank mass, but a vector neighbour of the question
+
+
 def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
-    searcher = Searcher(str(small_graph))
-    searcher.config = make_config(query={"graph_steiner": True, "graph_steiner_terminals": 2})
-    result = searcher.search("How are Alder Voss and Brin Tallow connected?", "graph", 5)
+    result = graph_search(small_graph, "How are Alder Voss and Brin Tallow connected?", graph_steiner=True, graph_steiner_terminals=2)
     assert {e["name"] for e in result["entities"]} == {"Alder Voss", "Brin Tallow"}  # adjacent: the tree is one edge
     assert result["tree"] == {"nodes": 2, "edges": 1}
-    assert searcher.attach_titles(result)["evidence"][0]["source_key"] == "bridge.txt"
+    assert result["evidence"][0]["source_key"] == "bridge.txt"
 
 
 # -- global: map-reduce over reports -------------------------------------------------------------

@@ -159,7 +159,7 @@ class QueryConfig(_Section):
     graph_seed_entities: int = Field(10, ge=1)  # nearest entities of a question without such keys
     graph_damping: float = Field(0.5, gt=0, lt=1)
     graph_top_entities: int = Field(200, ge=1)
-    graph_dense_weight: float = Field(0.0, ge=0)
+    graph_dense_weight: float = Field(1.0, ge=0)  # + this x the chunk's own similarity (HippoRAG 2 also mixes in dense scores)
     graph_steiner: bool = False  # prune to a Steiner tree joining the top-PPR entities
     graph_steiner_terminals: int = Field(10, ge=1)
 
