@@ -2,7 +2,8 @@
 extraction prompt with the deterministic nlp extractor's findings as JSON (a community report prompt
 with a report citing every row it was given), and can be told to
 misbehave (drop the connection, answer 503 or 400, return malformed JSON) for chunks that contain
-a given marker. It counts requests and records request bodies.
+a given marker. It also answers global search's map and reduce prompts, keyword extraction and
+community report prompts. It counts requests and records request bodies.
 
 It also answers the query prompts of the reference engines that read our exports (GraphRAG's
 local and global search, LightRAG's keyword extraction and answers) deterministically: keywords
@@ -50,6 +51,7 @@ class FakeOpenAI:
     def __init__(self):
         self.requests: list[dict] = []
         self.faults: dict[str, list[str]] = {}  # marker in the chunk -> behaviours to apply, in order
+        self.zero_score_markers: list[str] = []  # global map points on reports whose title has one score 0
         self.lock = threading.Lock()
         self.embedder = HashingEmbedder(EmbedConfig(engine="hashing", dim=32))
         handler = self._handler()
@@ -88,10 +90,21 @@ class FakeOpenAI:
         if reference is not None:
             return reference
         user = [m["content"] for m in body["messages"] if m["role"] == "user"]
-        if "Evidence:" in body["messages"][0]["content"]:  # an answer request: cite the first evidence
+        system = body["messages"][0]["content"]
+        if "Evidence:" in system:  # an answer request: cite the first evidence
             return f"The evidence says so [1]. (question: {user[-1]})"
-        if body["messages"][0]["content"].startswith("You write a report about one community"):
+        if system.startswith("You write a report about one community"):
             return json.dumps(_report(user[0]))
+        if "\nReports:\n" in system:  # a global map request: one point per report
+            return json.dumps({"points": [
+                {"description": f"Report {n} is about {title.strip()}", "reports": [int(n)],
+                 "score": 0 if any(m in title for m in self.zero_score_markers) else 50 + int(n)}
+                for n, title in re.findall(r"\[Report (\d+)\] # ([^\n]*)", system)]})
+        if "\nPoints:\n" in system:  # a global reduce request: cite every report the points cite
+            cited = sorted({int(n) for group in re.findall(r"\[([\d, ]+)\]$", system, re.MULTILINE) for n in group.split(",")})
+            return f"{len(system.splitlines()) - system.splitlines().index('Points:') - 1} points " + "".join(f"[{n}]" for n in cited)
+        if "high_level_keywords" in system:  # keyword extraction: capitalized words are low-level keys
+            return json.dumps({"high_level_keywords": ["travel"], "low_level_keywords": re.findall(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)*", user[-1])})
         if len(user) > 1:  # a gleaning round: nothing more to add
             return json.dumps({"entities": [], "relationships": []})
         mentions, assertions = extract_chunk(user[0], ExtractConfig())

@@ -92,7 +92,7 @@ def test_query_errors(cli_index, tmp_path):
     index, _ = cli_index
     result = invoke("query", "anything", "--index", tmp_path / "missing")
     assert result.exit_code == 1 and says(result, "no such directory")
-    result = invoke("query", "anything", "--index", index, "--mode", "global")
+    result = invoke("query", "anything", "--index", index, "--mode", "psychic")
     assert result.exit_code == 1 and says(result, "unknown query mode")
     result = invoke("query", "anything", "--index", index, "--version", 9)
     assert result.exit_code == 1 and says(result, "no version 9")

@@ -76,7 +76,7 @@ def test_manifest_pins_the_tables_and_vector_files(indexed):
     manifest = load_manifest(indexed.store)
     assert manifest["version"] == 1
     assert manifest["table_versions"] == data_table_versions(indexed.store)
-    assert set(manifest["vector_indexes"]) == {"entity", "chunk", "report"}
+    assert set(manifest["vector_indexes"]) == {"entity", "chunk", "report", "relationship"}
     for rel in manifest["vector_indexes"].values():
         assert (indexed.index / rel).exists()
 
@@ -115,7 +115,7 @@ def test_local_query_selects_named_entities_and_their_chunks(indexed):
 
 def test_query_errors(indexed, tmp_path):
     with pytest.raises(ValueError, match="unknown query mode"):
-        query(str(indexed.index), "anything", mode="global")
+        query(str(indexed.index), "anything", mode="psychic")
     with pytest.raises(NoPublishedVersion):
         query(str(tmp_path / "nothing-here"), "anything")
     with pytest.raises(NoPublishedVersion, match="no version 7"):

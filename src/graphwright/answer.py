@@ -15,7 +15,20 @@ SYSTEM = (
 )
 
 
-def answer_request(question: str, evidence: list[dict], config, max_chars: int = 6000) -> LLMRequest:
+def background(result: dict, limit: int = 20) -> str:
+    """The mode's graph context (reports, entities, relationships) as text; the local mode has
+    already fitted these to its token budget."""
+    parts = []
+    if result.get("reports"):
+        parts.append("Community reports:\n" + "\n".join(f"- {r['title']}: {r['summary']}" for r in result["reports"][:limit]))
+    if result.get("entities"):
+        parts.append("Entities:\n" + "\n".join(f"- {e['name']} ({e['type']}): {e['description']}" for e in result["entities"][:limit]))
+    if result.get("relationships"):
+        parts.append("Relationships:\n" + "\n".join(f"- {r['source']} - {r['target']}: {r['description']}" for r in result["relationships"][:limit]))
+    return "\n\n".join(parts)
+
+
+def answer_request(question: str, evidence: list[dict], config, max_chars: int = 6000, context: str = "") -> LLMRequest:
     blocks, used = [], 0
     for n, e in enumerate(evidence, 1):
         text = " ".join(e["text"].split())
@@ -25,7 +38,8 @@ def answer_request(question: str, evidence: list[dict], config, max_chars: int =
         blocks.append(block)
         used += len(block)
     return LLMRequest(
-        messages=(("system", SYSTEM + "\n\nEvidence:\n" + "\n".join(blocks)), ("user", question)),
+        messages=(("system", SYSTEM + ("\n\nBackground (not citable):\n" + context if context else "")
+                   + "\n\nEvidence:\n" + "\n".join(blocks)), ("user", question)),
         max_tokens=min(config.max_tokens, 512),
         temperature=config.temperature,
         prompt_version=PROMPT_VERSION,
@@ -34,7 +48,9 @@ def answer_request(question: str, evidence: list[dict], config, max_chars: int =
 
 def synthesize(question: str, result: dict, config, store) -> dict:
     """Add `answer`, `citations` (evidence numbers the answer cites) and `llm` usage to `result`."""
-    request = answer_request(question, result["evidence"], config)
+    # a token-budgeted context (local) is used whole
+    max_chars = 10**9 if "context_tokens" in result else 6000
+    request = answer_request(question, result["evidence"], config, max_chars, context=background(result))
     ((key, response, hit),) = complete_through_cache(store, lambda: make_llm(config), [request], config.model)
     if not response.ok:
         result["answer"], result["answer_error"] = None, response.error

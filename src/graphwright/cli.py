@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from graphwright.lock import LOCKED_EXIT
+from graphwright.query.searcher import MODES
 
 app = typer.Typer(help="Build, publish and query GraphRAG-style indexes.", no_args_is_help=True, add_completion=False)
 out = Console()
@@ -18,6 +19,7 @@ err = Console(stderr=True)
 
 IndexOpt = Annotated[str, typer.Option("--index", "-i", help="Index directory, or an object-store URI (s3://bucket/prefix, gs://..., abfss://...).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+MODE_HELP = " | ".join(MODES) + " (see README, Querying)"
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -231,9 +233,10 @@ def _print_summary(s: dict) -> None:
 def query(
     question: Annotated[str, typer.Argument(help="The question.")],
     index_dir: IndexOpt,
-    mode: Annotated[str, typer.Option(help="local | naive")] = "local",
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Evidence chunks to return.")] = 10,
+    mode: Annotated[str, typer.Option(help=MODE_HELP)] = "local",
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Evidence items to return.")] = 10,
     version: Annotated[Optional[int], typer.Option(help="Published version to query (default: latest).")] = None,
+    level: Annotated[Optional[int], typer.Option(min=0, help="Community level for --mode global (default: query.global_level, or chosen from the data).")] = None,
     answer: Annotated[Optional[bool], typer.Option("--answer/--no-answer", help="Write an answer with an LLM (default: when one is configured).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -243,7 +246,7 @@ def query(
 
     _existing_index(index_dir)
     try:
-        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version, answer=answer)
+        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version, answer=answer, level=level)
     except (NoPublishedVersion, ValueError) as exc:
         _fail(str(exc))
     if as_json:
@@ -255,6 +258,10 @@ def query(
     elif result.get("answer_error"):
         out.print(f"\n[yellow]no answer:[/] {result['answer_error']}", highlight=False)
     for rank, e in enumerate(result["evidence"], 1):
+        if e.get("kind") == "report":
+            out.print(f"\n[bold]{rank}.[/] score {e['score']:.3f}  report L{e['level']} {e['report_title']!r} ({e['community_id']}): "
+                      f"{len(e['doc_ids'])} docs, {len(e['chunk_ids'])} chunks; nearest chunk {e['chunk_id']} in {e['title']!r}", highlight=False)
+            continue
         via = f"  via {', '.join(e['via_entities'][:4])}" if e.get("via_entities") else ""
         out.print(f"\n[bold]{rank}.[/] score {e['score']:.3f}  doc {e['title']!r} ({e['doc_id']})  chunk {e['chunk_id']}{via}", highlight=False)
         text = " ".join(e["text"].split())
@@ -269,10 +276,11 @@ def query(
 def eval_(
     index_dir: IndexOpt,
     questions: Annotated[Path, typer.Option("--questions", help="JSONL with question and gold_doc_ids (source keys).")],
-    mode: Annotated[str, typer.Option(help="local | naive")] = "local",
+    mode: Annotated[str, typer.Option(help=MODE_HELP)] = "local",
     k: Annotated[int, typer.Option("--k", min=1, help="Evidence cut-off.")] = 10,
     version: Annotated[Optional[int], typer.Option(help="Published version (default: latest).")] = None,
     answer: Annotated[Optional[bool], typer.Option("--answer/--no-answer", help="Have the LLM answer and score exact match / F1 (default: when an LLM is configured).")] = None,
+    level: Annotated[Optional[int], typer.Option(min=0, help="Community level for --mode global.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Evidence recall@k of a query mode on a question set; with an LLM, answer exact match and F1."""
@@ -281,7 +289,8 @@ def eval_(
 
     _existing_index(index_dir)
     try:
-        result = evaluate(str(index_dir), load_questions(questions), mode, k, version, answer=answer)
+        result = evaluate(str(index_dir), load_questions(questions), mode, k, version, answer=answer,
+                          **({"level": level} if level is not None else {}))
     except (NoPublishedVersion, ValueError, OSError) as exc:
         _fail(str(exc))
     if as_json:

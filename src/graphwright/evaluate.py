@@ -48,31 +48,42 @@ def answer_scores(prediction: str, gold: str) -> tuple[float, float]:
 
 
 def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: int | None = None,
-             searcher: Searcher | None = None, answer: bool | None = False) -> dict:
+             searcher: Searcher | None = None, answer: bool | None = False, **options) -> dict:
     """`recall@k`: mean share of a question's gold documents in the top-k evidence;
-    `all_gold@k`: share of questions with every gold document there. Gold ids are source keys.
-    With `answer` (None: when an LLM is configured), the LLM answers each question from the
-    evidence, scored by exact match and token F1 against the question's `answer`, with the
-    tokens each answer cost."""
+    `all_gold@k`: share of questions with every gold document there; `answer_in_evidence@k`:
+    share of questions with a short gold `answer` whose text occurs in the top-k evidence text
+    (where every question has one gold document among few, as in novel-dev, recall@k says
+    little). Gold ids are source keys. `options` go to the search (e.g. `level` for global).
+
+    Without `answer`, retrieval only (global ranks its reports, the lightrag modes take keywords
+    from the question). With `answer` (None: when an LLM is configured), the mode runs as a
+    query does, with its LLM steps, and each answer is scored by exact match and token F1
+    against the question's `answer`, with the tokens it cost."""
     from graphwright.query import query
 
     searcher = searcher or Searcher(index_dir, version)
     per_question, started = [], time.perf_counter()
     for q in questions:
         t = time.perf_counter()
-        result = query(index_dir, q["question"], mode, k, version, answer=answer, searcher=searcher)
         gold = {doc_id(g) for g in q["gold_doc_ids"]}
-        got = [e["doc_id"] for e in result["evidence"][:k]]
-        hit = len(gold & set(got))
-        row = {"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold), "seconds": round(time.perf_counter() - t, 4)}
+        if answer is False:
+            result = searcher.search(q["question"], mode, k, use_llm=False, **options)
+        else:
+            result = query(index_dir, q["question"], mode, k, version, answer=answer, searcher=searcher, **options)
+        evidence = result["evidence"][:k]
+        hit = len(gold & {e["doc_id"] for e in evidence})
+        row = {"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold)}
+        if short_answer(q):
+            row["answer_found"] = _normal(q["answer"]) in _normal(" ".join(e["text"] for e in evidence))
         if "answer" in result:
             usage = result.get("llm") or {}
             row |= {"answer": result["answer"], "prompt_tokens": usage.get("prompt_tokens", 0),
                     "completion_tokens": usage.get("completion_tokens", 0), "cache_hit": usage.get("cache_hit")}
             if q.get("answer") is not None:
                 row["exact_match"], row["f1"] = answer_scores(result["answer"] or "", str(q["answer"]))
-        per_question.append(row)
+        per_question.append({**row, "seconds": round(time.perf_counter() - t, 4)})
     n = len(per_question) or 1
+    found = [p["answer_found"] for p in per_question if "answer_found" in p]
     seconds = sorted(p["seconds"] for p in per_question) or [0.0]
     summary = {
         "mode": mode,
@@ -80,6 +91,9 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
         "questions": len(per_question),
         f"recall@{k}": round(sum(p["recall"] for p in per_question) / n, 4),
         f"all_gold@{k}": round(sum(p["all_gold"] for p in per_question) / n, 4),
+        # the gold answer's text occurs in the top-k evidence (questions with a short answer other than yes/no)
+        f"answer_in_evidence@{k}": round(sum(found) / len(found), 4) if found else None,
+        "short_answer_questions": len(found),
         "seconds_per_query": round((time.perf_counter() - started) / n, 4),
         "latency_p50_s": seconds[len(seconds) // 2],
         "latency_max_s": seconds[-1],
@@ -95,3 +109,12 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
             "completion_tokens": sum(p["completion_tokens"] for p in answered),
         }
     return summary | {"per_question": per_question}
+
+
+def short_answer(question: dict, max_words: int = 6) -> bool:
+    answer = str(question.get("answer") or "").strip()
+    return bool(answer) and len(answer.split()) <= max_words and _normal(answer) not in ("yes", "no")
+
+
+def _normal(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.casefold()))

@@ -529,17 +529,22 @@ def stage_report(run: Run) -> dict:
         return stats
 
 
-def _embedding_inputs(store: IndexStore) -> dict[str, pa.Table]:
+def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:
     ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
     chunks = store.read("chunks", columns=["chunk_id", "text"])
     reports = store.read("community_reports", columns=["community_id", "full_content"])
     # the model reads 256 word-pieces at most; a longer description would only cost time
     entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
-    return {
+    inputs = {
         "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
         "chunk": pa.table({"item_id": chunks.column("chunk_id"), "text": chunks.column("text")}),
         "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
     }
+    if embed_relationships:  # for the query's relation-level (LightRAG "high") search
+        rel = store.read("relationships", columns=["relationship_id", "source", "target", "description"])
+        rel_text = [f"{s} - {t}: {d[:ENTITY_TEXT_CHARS]}" for s, t, d in zip(*(rel.column(c).to_pylist() for c in ("source", "target", "description")))]
+        inputs["relationship"] = pa.table({"item_id": rel.column("relationship_id"), "text": pa.array(rel_text, pa.string())})
+    return inputs
 
 
 def stage_embed(run: Run) -> dict:
@@ -549,7 +554,7 @@ def stage_embed(run: Run) -> dict:
     model = model_name(cfg.embed)
     counts, todo_parts, hash_of = {}, [], {}
     with run.stage("embed") as m:
-        for kind, items in _embedding_inputs(store).items():
+        for kind, items in _embedding_inputs(store, cfg.embed.relationships).items():
             hashes = [ids.content_hash(model + "\x1f" + t) for t in items.column("text").to_pylist()]
             items = items.append_column("text_hash", pa.array(hashes, pa.string()))
             have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")

@@ -1,0 +1,37 @@
+"""Query a published version. Modes (one module each):
+
+- `naive`: vector search over chunks;
+- `local` (local.py): entities, relationships, text units and reports within a token budget;
+- `global` (global_search.py): map-reduce over the community reports of one level;
+- `low`, `high`, `hybrid`, `mix` (lightrag.py): LightRAG's keyword-driven entity and relation search;
+- `graph` (graph.py): personalized PageRank from the question's entities, optionally PCST-pruned.
+
+Every mode returns `evidence` (ranked, each with doc_id and chunk_id provenance) plus its own context.
+"""
+
+from __future__ import annotations
+
+from graphwright.query.searcher import MODES, Searcher
+
+__all__ = ["MODES", "Searcher", "query"]
+
+
+def query(index_dir: str, question: str, mode: str = "local", top_k: int | None = None, version: int | None = None,
+          answer: bool | None = None, level: int | None = None, searcher: Searcher | None = None) -> dict:
+    """Evidence for `question`; with an LLM configured (llm.model, from the index's configuration
+    or GRAPHWRIGHT_LLM__* variables) and `answer` not False, also an answer citing it. `level`:
+    the community level for `global` (default: query.global_level, or a level chosen from the data).
+    A caller answering many questions passes a loaded `searcher` (of `index_dir` at `version`)."""
+    searcher = searcher or Searcher(index_dir, version)
+    llm = searcher.llm
+    if answer and not llm.model:
+        raise ValueError("no LLM configured for answers: set llm.model (or GRAPHWRIGHT_LLM__MODEL and GRAPHWRIGHT_LLM__BASE_URL)")
+    use_llm = bool(llm.model) and answer is not False
+    options = {"level": level if level is not None else searcher.config.query.global_level} if mode == "global" else {}
+    result = searcher.attach_titles(searcher.search(question, mode, top_k, use_llm=use_llm, **options))
+    if use_llm and mode != "global":  # global's answer is its reduce step
+        from graphwright.answer import synthesize
+
+        result = synthesize(question, result, llm, searcher.index.store)
+    return result
+

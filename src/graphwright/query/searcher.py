@@ -1,0 +1,226 @@
+"""Read access to one published version for the query modes: vectors, chunks, entities,
+relationships, the entity graph and community reports, each read through one method."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+
+from graphwright.embed import make_embedder
+from graphwright.names import normalize_name
+from graphwright.publish import PublishedIndex
+from graphwright.store import IndexStore, sql_list
+
+MODES = ("local", "global", "naive", "low", "high", "hybrid", "mix", "graph")
+
+
+def question_keys(question: str) -> set[str]:
+    """Every word n-gram (n <= 6) of the question, normalized like entity keys."""
+    words = re.findall(r"[\w'’&\-.]+", question)
+    keys = set()
+    for n in range(1, 7):
+        for i in range(len(words) - n + 1):
+            keys.add(normalize_name(" ".join(words[i:i + n])))
+    return keys
+
+
+LAZY_REPORTS_PER_QUERY = 5
+
+
+class Searcher:
+    def __init__(self, index_dir: str, version: int | None = None):
+        self.index = PublishedIndex(IndexStore(index_dir), version)
+        self.config = self.index.config
+        self.embedder = make_embedder(self.config.embed)
+        self._vectors = {}
+        self._memo = {}
+        self._llm = None
+
+    # -- vectors --------------------------------------------------------------------------------
+
+    def has_vectors(self, kind: str) -> bool:
+        return kind in self.index.manifest["vector_indexes"]
+
+    def vectors(self, kind: str):
+        if kind not in self._vectors:
+            if not self.has_vectors(kind):
+                raise ValueError(f"version {self.index.version} has no {kind} vectors "
+                                 f"(re-index with embed.relationships: true for relation-level search)")
+            self._vectors[kind] = self.index.vector_index(kind)
+        return self._vectors[kind]
+
+    def encode(self, text: str) -> np.ndarray:
+        return self.embedder.encode([text])[0]
+
+    def nearest(self, kind: str, q: np.ndarray, k: int) -> list[tuple[str, float]]:
+        return self.vectors(kind).search(q[None, :], k)[0]
+
+    def similarity(self, kind: str, q: np.ndarray, item_ids) -> dict[str, float]:
+        """Cosine similarity of the question to given items, from their stored vectors."""
+        vi = self.vectors(kind)
+        position = self._positions(kind)
+        present = [c for c in item_ids if c in position]
+        if not present:
+            return {}
+        mat = np.vstack([vi.index.reconstruct(position[c]) for c in present])
+        return dict(zip(present, (mat @ q).tolist()))
+
+    def _positions(self, kind: str) -> dict[str, int]:
+        return self.memo(("positions", kind), lambda: {c: i for i, c in enumerate(self.vectors(kind).ids)})
+
+    def memo(self, key, build):
+        """A value derived from this version, built once per searcher (a version never changes)."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
+
+    # -- tables ---------------------------------------------------------------------------------
+
+    def _read_in(self, table: str, column: str, keys, columns: list[str]) -> list[dict]:
+        keys = sorted(set(keys))
+        rows = []
+        for o in range(0, len(keys), 1000):
+            rows += self.index.read(table, columns=columns, where=f"{column} IN {sql_list(keys[o:o + 1000])}").to_pylist()
+        return rows
+
+    def chunks(self, chunk_ids) -> dict[str, dict]:
+        return {r["chunk_id"]: r for r in self._read_in("chunks", "chunk_id", chunk_ids, ["chunk_id", "doc_id", "text"])}
+
+    def chunk_docs(self, chunk_ids) -> dict[str, str]:
+        """Chunk id -> document id."""
+        return {r["chunk_id"]: r["doc_id"] for r in self._read_in("chunks", "chunk_id", chunk_ids, ["chunk_id", "doc_id"])}
+
+    def entities(self, entity_ids) -> dict[str, dict]:
+        cols = ["entity_id", "name", "type", "description", "degree", "chunk_ids", "doc_ids"]
+        return {r["entity_id"]: r for r in self._read_in("entities", "entity_id", entity_ids, cols)}
+
+    def relationships(self, relationship_ids) -> dict[str, dict]:
+        return {r["relationship_id"]: r for r in self._read_in("relationships", "relationship_id", relationship_ids, REL_COLUMNS)}
+
+    def relationships_among(self, entity_ids, *, touching: bool = False) -> list[dict]:
+        """Relationships with both ends (or, `touching`, at least one end) in `entity_ids`."""
+        entity_ids = sorted(set(entity_ids))
+        if not entity_ids or (not touching and len(entity_ids) < 2):
+            return []
+        ids = sql_list(entity_ids)
+        where = f"source_id IN {ids} OR target_id IN {ids}" if touching else f"source_id IN {ids} AND target_id IN {ids}"
+        return self.index.read("relationships", columns=REL_COLUMNS, where=where).to_pylist()
+
+    @functools.cached_property
+    def alias_index(self) -> dict[str, set[str]]:
+        """Normalized alias -> entity ids."""
+        aliases = self.index.read("entity_aliases", columns=["alias", "entity_id"])
+        out: dict[str, set[str]] = {}
+        for a, e in zip(aliases.column("alias").to_pylist(), aliases.column("entity_id").to_pylist()):
+            key = normalize_name(a)
+            if len(key) > 2:
+                out.setdefault(key, set()).add(e)
+        return out
+
+    def named_entities(self, text: str) -> set[str]:
+        """Entities whose name or alias occurs in `text` (as a word n-gram)."""
+        return {e for key in question_keys(text) for e in self.alias_index.get(key, ())}
+
+    @functools.cached_property
+    def n_chunks(self) -> int:
+        return max(self.index.manifest["counts"].get("chunks", 1), 1)
+
+    @functools.cached_property
+    def communities(self) -> list[dict]:
+        return self.index.read("communities", columns=["community_id", "level", "parent_id", "children_ids", "entity_ids", "chunk_ids"]).to_pylist()
+
+    def reports(self, community_ids) -> dict[str, dict]:
+        """Community reports by id: the one place reports are read (communities below
+        report.min_size have none). With `report.mode: lazy` the missing ones are written now,
+        with the LLM, and stored for later queries and versions (graphwright.reports.ensure_reports)."""
+        cols = ["community_id", "level", "title", "summary", "rating", "full_content"]
+        if self.config.report.mode == "lazy":
+            from graphwright.reports import ensure_reports
+
+            rows = ensure_reports(self.index.store, list(community_ids), self.config.report, self.llm,
+                                  pins=self.index.manifest["table_versions"])
+            return {r["community_id"]: {k: r[k] for k in cols} for r in rows}
+        return {r["community_id"]: r for r in self._read_in("community_reports", "community_id", community_ids, cols)}
+
+    def reports_of_entities(self, entity_ids, limit: int = 5) -> list[dict]:
+        """Reports of the communities sharing most entities with `entity_ids`, finest level first on ties."""
+        chosen = set(entity_ids)
+        if not chosen:
+            return []
+        overlap = [(len(chosen.intersection(c["entity_ids"])), c["level"], c["community_id"]) for c in self.communities]
+        ranked = [cid for n, level, cid in sorted(overlap, key=lambda t: (-t[0], -t[1], t[2])) if n]
+        # a lazy index writes the reports it is asked for: ask only for those that will be used
+        eligible = {c["community_id"] for c in self.communities if len(c["entity_ids"]) >= self.config.report.min_size}
+        if self.config.report.mode == "lazy":  # each costs an LLM call the first time: the closest few
+            limit = min(limit, LAZY_REPORTS_PER_QUERY)
+            wanted = [c for c in ranked if c in eligible][:limit]
+        else:
+            wanted = ranked[:50]
+        by_id = self.reports(wanted)
+        return [by_id[c] for c in ranked if c in by_id][:limit]
+
+    # -- results --------------------------------------------------------------------------------
+
+    def chunk_evidence(self, scored: list[tuple[str, float]], via: dict[str, list[str]] | None = None) -> list[dict]:
+        """Evidence items for ranked (chunk id, score) pairs, with their document."""
+        rows = self.chunks([c for c, _ in scored])
+        via = via or {}
+        return [{"kind": "chunk", "doc_id": rows[c]["doc_id"], "chunk_id": c, "score": round(float(s), 4),
+                 "text": rows[c]["text"], "via_entities": via.get(c, [])} for c, s in scored if c in rows]
+
+    def attach_titles(self, result: dict) -> dict:
+        doc_ids = sorted({e["doc_id"] for e in result.get("evidence", [])})
+        if doc_ids:
+            meta = {r["doc_id"]: r for r in self._read_in("documents", "doc_id", doc_ids, ["doc_id", "title", "source_key"])}
+            for e in result["evidence"]:
+                e["title"] = meta[e["doc_id"]]["title"]
+                e["source_key"] = meta[e["doc_id"]]["source_key"]
+        return result
+
+    @property
+    def llm(self):
+        """The index's LLM settings, overridden by GRAPHWRIGHT_LLM__* environment variables."""
+        if self._llm is None:
+            self._llm = query_llm(self.config)
+        return self._llm
+
+    # -- modes ----------------------------------------------------------------------------------
+
+    def search(self, question: str, mode: str = "local", top_k: int | None = None, **options) -> dict:
+        """Ranked evidence (chunks, or reports for `global`) with document and chunk provenance,
+        plus the mode's own context. `options`: `level` (global), `use_llm` (global map-reduce,
+        LLM keywords for the lightrag modes; default: when an LLM is configured)."""
+        if mode not in MODES:
+            raise ValueError(f"unknown query mode {mode!r}; choose from {', '.join(MODES)}")
+        top_k = self.config.query.top_chunks if top_k is None else top_k
+        if top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        from graphwright.query import global_search, graph, lightrag, local
+
+        q = self.encode(question)
+        result = {"question": question, "mode": mode, "version": self.index.version}
+        if mode == "naive":
+            result["evidence"] = self.chunk_evidence(self.nearest("chunk", q, top_k))
+        elif mode == "local":
+            result.update(local.search(self, question, q, top_k))
+        elif mode == "global":
+            result.update(global_search.search(self, question, q, top_k, **options))
+        elif mode == "graph":
+            result.update(graph.search(self, question, q, top_k))
+        else:
+            result.update(lightrag.search(self, question, q, top_k, mode, **options))
+        return result
+
+
+REL_COLUMNS = ["relationship_id", "source_id", "target_id", "source", "target", "description", "weight", "chunk_ids", "doc_ids"]
+
+
+def query_llm(config):
+    """The index's LLM settings, overridden by GRAPHWRIGHT_LLM__* environment variables."""
+    import os
+
+    from graphwright.config import LLMConfig, env_overrides
+
+    return LLMConfig.model_validate({**config.llm.model_dump(), **env_overrides(dict(os.environ)).get("llm", {})})

@@ -1,0 +1,265 @@
+"""Every query mode over a published version: evidence with provenance, the mode's own behaviour
+(token budget, PageRank, map-reduce with helpfulness scores, LightRAG keywords), CLI and eval."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from graphwright.cli import app
+from graphwright.evaluate import evaluate, load_questions
+from graphwright.ids import doc_id
+from graphwright.query import MODES, Searcher, query
+from graphwright.query.global_search import NO_DATA, covering_communities
+from graphwright.query.keywords import question_keywords
+from _helpers import DATA, make_config, run
+from fake_openai import FakeOpenAI
+
+QUESTION = "Who will carry the copper to Port Elling, and what did Dr. Ilse Brandt measure?"
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("modes")
+    run([DATA / "corpus"], root / "index")
+    return root / "index"
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def with_llm(server, monkeypatch):
+    monkeypatch.setenv("GRAPHWRIGHT_LLM__MODEL", "fake-model")
+    monkeypatch.setenv("GRAPHWRIGHT_LLM__BASE_URL", server.base_url)
+    monkeypatch.setenv("GRAPHWRIGHT_LLM__API_KEY_ENV", "")
+    monkeypatch.setenv("GRAPHWRIGHT_LLM__MAX_ATTEMPTS", "1")
+    return server
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_returns_evidence_with_provenance(indexed, mode):
+    result = query(str(indexed), QUESTION, mode=mode, top_k=5, answer=False)
+    assert result["mode"] == mode and 0 < len(result["evidence"]) <= 5
+    searcher = Searcher(str(indexed))
+    chunks = searcher.chunk_docs([e["chunk_id"] for e in result["evidence"]])
+    for e in result["evidence"]:
+        assert chunks[e["chunk_id"]] == e["doc_id"]  # the chunk belongs to the document named
+        assert e["source_key"] and e["text"]
+    scores = [e["score"] for e in result["evidence"]]
+    if mode not in ("hybrid", "mix", "low", "high"):  # the lightrag modes keep LightRAG's item order
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_unknown_mode_is_refused(indexed):
+    with pytest.raises(ValueError, match="unknown query mode"):
+        query(str(indexed), QUESTION, mode="psychic")
+
+
+def test_local_context_fits_its_token_budget(indexed):
+    from graphwright.query.budget import count_tokens
+
+    searcher = Searcher(str(indexed))
+    wide = searcher.search(QUESTION, "local", 8)
+    assert len(wide["evidence"]) == 8  # the default budget holds the requested chunks
+    searcher.config = make_config(query={"local_context_tokens": 400, "local_text_unit_prop": 0.5, "local_community_prop": 0.2})
+    tight = searcher.search(QUESTION, "local", 8)
+    used = tight["context_tokens"]
+    assert used["text_units"] <= 200 and used["reports"] <= 80 and used["entities"] <= 60 and used["relationships"] <= 60
+    assert used["text_units"] == sum(count_tokens([e["text"] for e in tight["evidence"]]))
+    # the budget cuts the ranking, it does not reorder it
+    assert [e["chunk_id"] for e in tight["evidence"]] == [e["chunk_id"] for e in wide["evidence"]][: len(tight["evidence"])]
+    assert 1 <= len(tight["evidence"]) < 8
+    assert len(tight["entities"]) < len(wide["entities"])
+
+
+# -- graph: personalized PageRank ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_graph(tmp_path_factory):
+    """Alder Voss and Brin Tallow meet in one document; each also appears elsewhere with others."""
+    root = tmp_path_factory.mktemp("ppr")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    docs = {
+        "bridge.txt": "Alder Voss met Brin Tallow at the old mill.",
+        "alder.txt": "Alder Voss planted orchards by the river. Alder Voss sold apples to Corin Hale at the market.",
+        "brin.txt": "Esk Marrow sailed to Dunmore Bay. Esk Marrow and Brin Tallow mended nets on the quay.",
+        "esk.txt": "Esk Marrow built a boat with Orla Finch in the winter.",
+        "far.txt": "Fenna Quill painted the lighthouse at Gull Point for Tam Reed.",
+    }
+    for name, text in docs.items():
+        (corpus / name).write_text(text + "\n")
+    run([corpus], root / "index")
+    return root / "index"
+
+
+def _keys(result):
+    return [e["source_key"] for e in result["evidence"]]
+
+
+def graph_search(index, question: str, **settings) -> dict:
+    """Graph mode by PageRank alone (no dense similarity), plus `settings`."""
+    searcher = Searcher(str(index))
+    searcher.config = make_config(query={"graph_dense_weight": 0.0, **settings})
+    return searcher.attach_titles(searcher.search(question, "graph", 5))
+
+
+def test_pagerank_ranks_the_chunk_connecting_two_question_entities_first(small_graph):
+    result = graph_search(small_graph, "How are Alder Voss and Brin Tallow connected?")
+    assert _keys(result)[0] == "bridge.txt"
+    assert {"Alder Voss", "Brin Tallow"} <= {s["name"] for s in result["seeds"]}
+
+
+def test_pagerank_reaches_entities_the_question_does_not_name(small_graph):
+    # Brin Tallow is named; Esk Marrow is his neighbour; Orla Finch only Esk Marrow's
+    result = graph_search(small_graph, "Who is Brin Tallow?")
+    keys = _keys(result)
+    assert keys.index("brin.txt") < keys.index("esk.txt")  # two hops beats three
+    assert "far.txt" not in keys  # no path from the question's entities: no mass
+    mass = {e["name"]: e["ppr"] for e in result["entities"]}
+    assert mass["Brin Tallow"] > mass["Esk Marrow"] > mass.get("Orla Finch", 0) > 0
+
+
+def test_dense_weight_adds_the_chunks_nearest_the_question(small_graph):
+    question = "Who is Brin Tallow?"
+    assert "far.txt" not in _keys(graph_search(small_graph, question))
+    blended = graph_search(small_graph, question, graph_dense_weight=1.0)
+    assert "far.txt" in _keys(blended)  # no PageRank mass, but a vector neighbour of the question
+
+
+def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
+    result = graph_search(small_graph, "How are Alder Voss and Brin Tallow connected?", graph_steiner=True, graph_steiner_terminals=2)
+    assert {e["name"] for e in result["entities"]} == {"Alder Voss", "Brin Tallow"}  # adjacent: the tree is one edge
+    assert result["tree"] == {"nodes": 2, "edges": 1}
+    assert result["evidence"][0]["source_key"] == "bridge.txt"
+
+
+# -- global: map-reduce over reports -------------------------------------------------------------
+
+def test_global_without_llm_ranks_reports_with_chunk_provenance(indexed):
+    searcher = Searcher(str(indexed))
+    result = searcher.search(QUESTION, "global", 4, use_llm=False)
+    level = result["level"]
+    covering = set(covering_communities(searcher, level))
+    assert "answer" not in result and result["evidence"]
+    for e in result["evidence"]:
+        assert e["kind"] == "report" and e["community_id"] in covering
+        assert e["chunk_id"] in e["chunk_ids"] and e["doc_id"] in e["doc_ids"]
+    community = {c["community_id"]: c for c in searcher.communities}
+    assert all(set(e["chunk_ids"]) <= set(community[e["community_id"]]["chunk_ids"]) for e in result["evidence"])
+
+
+def test_global_drops_zero_scored_points_and_cites_reports(indexed, with_llm):
+    searcher = Searcher(str(indexed))
+    reports = searcher.search(QUESTION, "global", 50, use_llm=False)["evidence"]
+    zero_title = reports[0]["report_title"]
+    with_llm.zero_score_markers = [zero_title]
+    result = query(str(indexed), QUESTION, mode="global")
+    assert result["dropped_points"] >= 1
+    assert all(p["score"] > 0 for p in result["points"]) and result["points"]
+    assert not any(zero_title in p["description"] for p in result["points"])
+    reduce_prompt = [r for r in with_llm.requests if "\nPoints:\n" in r["messages"][0]["content"]][-1]["messages"][0]["content"]
+    assert zero_title not in reduce_prompt and f"about {result['evidence'][1]['report_title']}" in reduce_prompt
+    assert result["answer"].startswith(f"{len(result['points'])} points")
+    cited = {c["n"] for c in result["citations"]}
+    assert cited == {n for p in result["points"] for n in p["reports"]} and 1 not in cited
+    assert all(c["community_id"] == result["evidence"][c["n"] - 1]["community_id"] for c in result["citations"])
+    assert result["llm"]["calls"] == len(with_llm.requests) and result["llm"]["cache_hits"] == 0
+    # the same question again is answered from the cache
+    before = len(with_llm.requests)
+    again = query(str(indexed), QUESTION, mode="global")
+    assert len(with_llm.requests) == before and again["answer"] == result["answer"]
+    assert again["llm"]["cache_hits"] == again["llm"]["calls"]
+
+
+def test_global_with_every_point_zero_says_it_does_not_know(indexed, with_llm):
+    with_llm.zero_score_markers = [""]  # every title
+    result = query(str(indexed), "What happened at the Lantern Festival?", mode="global")  # not asked before: not cached
+    assert result["answer"] == NO_DATA and result["points"] == [] and result["dropped_points"] > 0
+    assert not [r for r in with_llm.requests if "\nPoints:\n" in r["messages"][0]["content"]]  # no reduce call
+
+
+# -- lightrag ------------------------------------------------------------------------------------
+
+def test_keywords_without_llm_come_from_the_question(indexed):
+    keys = question_keywords(Searcher(str(indexed)), QUESTION)
+    assert "Port Elling" in keys["low"] and "Dr. Ilse Brandt" in keys["low"]
+    assert keys["high"] and "copper" in keys["high"][0] and "Port" not in keys["high"][0]
+
+
+def test_low_level_search_returns_the_chunks_of_the_named_entity(indexed):
+    result = query(str(indexed), "Dr. Ilse Brandt", mode="low", top_k=3, answer=False)
+    assert result["keywords"]["low"] == ["Dr. Ilse Brandt"]
+    brandt = [e for e in result["entities"] if "Brandt" in e["name"]]
+    assert brandt and result["evidence"][0]["chunk_id"] in brandt[0]["chunk_ids"]
+
+
+def test_hybrid_and_mix_merge_their_parts_round_robin(indexed):
+    from graphwright.query.lightrag import _round_robin
+
+    searcher = Searcher(str(indexed))
+    parts = {m: [e["chunk_id"] for e in searcher.search(QUESTION, m, 4)["evidence"]] for m in ("naive", "low", "high", "hybrid", "mix")}
+    assert parts["low"] != parts["high"]
+    assert parts["hybrid"] == _round_robin([parts["low"], parts["high"]])[:4]
+    assert parts["mix"] == _round_robin([parts["naive"], parts["low"], parts["high"]])[:4]
+
+
+def test_llm_keywords_are_used_and_cached(indexed, with_llm):
+    result = query(str(indexed), QUESTION, mode="hybrid", answer=True)
+    assert result["keywords"]["source"] == "llm" and "Port Elling" in result["keywords"]["low"]
+    assert result["keywords"]["high"] == ["travel"] and result["keywords"]["cache_hit"] is False
+    again = Searcher(str(indexed)).search(QUESTION, "hybrid", 5)
+    assert again["keywords"]["cache_hit"] is True
+    assert result["answer"].startswith("The evidence says so")
+
+
+def test_relation_search_needs_relationship_vectors(tmp_path):
+    index = tmp_path / "index"
+    run([DATA / "corpus"], index, make_config(embed={"relationships": False}))
+    assert query(str(index), QUESTION, mode="low", answer=False)["evidence"]
+    with pytest.raises(ValueError, match="no relationship vectors"):
+        query(str(index), QUESTION, mode="high", answer=False)
+
+
+# -- CLI and eval --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["global", "graph", "mix"])
+def test_cli_query_and_eval_take_every_mode(indexed, mode):
+    runner = CliRunner()
+    out = runner.invoke(app, ["query", "--index", str(indexed), "--mode", mode, "--json", "--no-answer", QUESTION])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["mode"] == mode
+    out = runner.invoke(app, ["eval", "--index", str(indexed), "--questions", str(DATA / "questions.jsonl"), "--mode", mode, "--json"])
+    assert out.exit_code == 0, out.output
+    assert 0 <= json.loads(out.output)["recall@10"] <= 1
+
+
+def test_eval_scores_every_mode_against_gold_documents(indexed):
+    questions = load_questions(DATA / "questions.jsonl")
+    searcher = Searcher(str(indexed))
+    for mode in MODES:
+        result = evaluate(str(indexed), questions, mode, 10, searcher=searcher)
+        for q, p in zip(questions, result["per_question"]):
+            evidence = searcher.search(q["question"], mode, 10, use_llm=False)["evidence"][:10]
+            gold = {doc_id(g) for g in q["gold_doc_ids"]}
+            assert p["recall"] == len(gold & {e["doc_id"] for e in evidence}) / len(gold)
+            words = " ".join(re.findall(r"\w+", " ".join(e["text"] for e in evidence).casefold()))
+            assert p["answer_found"] == (" ".join(re.findall(r"\w+", q["answer"].casefold())) in words)
+        assert result["short_answer_questions"] == len(questions)
+
+
+def test_global_merges_repeated_points():
+    from graphwright.query.global_search import _unique
+
+    points = [{"description": "Revenue grew.", "score": 80, "reports": [1]},
+              {"description": "revenue  grew.", "score": 60, "reports": [3]},
+              {"description": "Costs fell.", "score": 50, "reports": [2]}]
+    assert _unique(points) == [{"description": "Revenue grew.", "score": 80, "reports": [1, 3]},
+                               {"description": "Costs fell.", "score": 50, "reports": [2]}]
