@@ -76,7 +76,7 @@ def test_manifest_pins_the_tables_and_vector_files(indexed):
     manifest = load_manifest(indexed.store)
     assert manifest["version"] == 1
     assert manifest["table_versions"] == data_table_versions(indexed.store)
-    assert set(manifest["vector_indexes"]) == {"entity", "chunk", "report", "relationship"}
+    assert set(manifest["vector_indexes"]) == {"entity", "chunk", "report"}
     for rel in manifest["vector_indexes"].values():
         assert (indexed.index / rel).exists()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -24,7 +25,7 @@ QUESTION = "Who will carry the copper to Port Elling, and what did Dr. Ilse Bran
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory):
     root = tmp_path_factory.mktemp("modes")
-    run([DATA / "corpus"], root / "index")
+    run([DATA / "corpus"], root / "index", make_config(embed={"relationships": True}))  # every mode can run
     return root / "index"
 
 
@@ -220,9 +221,20 @@ def test_llm_keywords_are_used_and_cached(indexed, with_llm):
     assert result["answer"].startswith("The evidence says so")
 
 
+def test_relationships_are_embedded_as_source_target_description(indexed):
+    from graphwright.embed import make_embedder
+    from graphwright.store import IndexStore
+
+    store = IndexStore(indexed)
+    rel = store.read("relationships").to_pylist()[0]
+    (row,) = store.read("embeddings", where=f"kind = 'relationship' AND item_id = '{rel['relationship_id']}'").to_pylist()
+    text = f"{rel['source']} - {rel['target']}: {rel['description'][:600]}"
+    np.testing.assert_allclose(row["vector"], make_embedder(make_config().embed).encode([text])[0], rtol=1e-6)
+
+
 def test_relation_search_needs_relationship_vectors(tmp_path):
     index = tmp_path / "index"
-    run([DATA / "corpus"], index, make_config(embed={"relationships": False}))
+    run([DATA / "corpus"], index, make_config())  # relationships are not embedded by default
     assert query(str(index), QUESTION, mode="low", answer=False)["evidence"]
     with pytest.raises(ValueError, match="no relationship vectors"):
         query(str(index), QUESTION, mode="high", answer=False)

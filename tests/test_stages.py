@@ -169,8 +169,7 @@ def test_stage_embed(stages):
     out = stages.do("embed")
     model = model_name(stages.config.embed)
     emb = assert_valid(stages.store, "embeddings")
-    counts = {k: stages.store.count(t) for k, t in (("entity", "entities"), ("chunk", "chunks"), ("report", "community_reports"),
-                                                    ("relationship", "relationships"))}
+    counts = {k: stages.store.count(t) for k, t in (("entity", "entities"), ("chunk", "chunks"), ("report", "community_reports"))}
     for kind, n in counts.items():
         assert out["counts"][kind]["embedded"] == n
         path = stages.store.root / out["vector_indexes"][kind]
@@ -182,11 +181,7 @@ def test_stage_embed(stages):
     chunk = stages.store.read("chunks").to_pylist()[0]
     row = next(r for r in emb.to_pylist() if r["kind"] == "chunk" and r["item_id"] == chunk["chunk_id"])
     np.testing.assert_allclose(row["vector"], make_embedder(stages.config.embed).encode([chunk["text"]])[0], rtol=1e-6)
-    # a relationship is embedded as "source - target: description"
-    rel = stages.store.read("relationships").to_pylist()[0]
-    row = next(r for r in emb.to_pylist() if r["kind"] == "relationship" and r["item_id"] == rel["relationship_id"])
-    text = f"{rel['source']} - {rel['target']}: {rel['description'][:600]}"
-    np.testing.assert_allclose(row["vector"], make_embedder(stages.config.embed).encode([text])[0], rtol=1e-6)
+    assert not any(r["kind"] == "relationship" for r in emb.to_pylist())  # embed.relationships is off by default
     again = stages.do("embed")
     assert all(c["embedded"] == 0 for c in again["counts"].values())
     assert again["vector_indexes"] == out["vector_indexes"]

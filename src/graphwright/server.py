@@ -193,8 +193,14 @@ def warm(root: IndexRoot, searchers: SearcherCache) -> None:
             rows = manifests(IndexStore(path))
             if rows:
                 version = rows[-1]["version"]
+                searcher = searchers.get(path, version)
                 for mode in MODES:
-                    query(str(path), "warm-up", mode=mode, version=version, answer=False, searcher=searchers.get(path, version))
+                    if searcher.config.report.mode == "lazy" and mode in ("local", "global"):
+                        continue  # a lazy index would write reports (LLM calls) for the warm-up question
+                    try:
+                        query(str(path), "warm-up", mode=mode, version=version, answer=False, searcher=searcher)
+                    except ValueError:  # a mode this version cannot serve (e.g. no relationship vectors)
+                        continue
         except Exception:  # one unreadable index must not keep the others from being served
             log.exception("could not load index %r at startup; its queries will report the error", name)
 
