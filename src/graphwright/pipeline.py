@@ -32,7 +32,7 @@ from graphwright.lock import run_lock
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import LLMReports, build_reports, generator_of, to_table
 from graphwright.resolve import resolve
-from graphwright.store import IndexStore, sql_list
+from graphwright.store import IndexStore, read_in, sql_list
 from graphwright.vectors import build_index, save_to
 
 ENTITY_TEXT_CHARS = 600
@@ -150,14 +150,6 @@ def _gpus(cfg: PipelineConfig, stage: str) -> float:
     return 0
 
 
-def _read_by_ids(store: IndexStore, name: str, column: str, values: list[str], columns: list[str]) -> pa.Table:
-    parts = [
-        store.read(name, columns=columns, where=f'"{column}" IN {sql_list(values[o:o + 1000])}')
-        for o in range(0, len(values), 1000)
-    ]
-    return pa.concat_tables(parts) if parts else store.read(name, columns=columns).slice(0, 0)
-
-
 def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
     return set(zip(table.column(a).to_pylist(), table.column(b).to_pylist()))
 
@@ -243,7 +235,7 @@ def stage_chunk(run: Run) -> dict:
         written = 0
         if todo:
             todo_ids = [d for d, _ in todo]
-            texts = _read_by_ids(store, "documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
+            texts = read_in(store.read, "documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
             stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
                                batch_size=8, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
@@ -368,7 +360,7 @@ def stage_extract(run: Run) -> dict:
         todo = sorted(chunk_set - set(done.column("chunk_id").to_pylist()))
         extracted = mentions = failed = 0
         if todo:
-            texts = _read_by_ids(store, "chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
+            texts = read_in(store.read, "chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
             fn_class, args, on_driver = extractor_stage(cfg.extract, cfg.llm, str(store.root))
             batch_size = cfg.execution.commit_every if on_driver else cfg.extract.batch_size
             stage = BatchStage("extract", fn_class, args, batch_size=batch_size, on_driver=on_driver,

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from graphwright import ids, tables
 from graphwright.config import ReportConfig
-from graphwright.store import IndexStore, sql_list
+from graphwright.store import IndexStore, read_in
 
 GENERATOR = "extractive@2"
 
@@ -139,11 +139,7 @@ RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "w
 
 
 def _read_in(read: Callable, name: str, column: str, values, columns: list[str]) -> list[dict]:
-    values = sorted(set(values))
-    rows = []
-    for o in range(0, len(values), 1000):
-        rows += read(name, columns=columns, where=f'"{column}" IN {sql_list(values[o:o + 1000])}').to_pylist()
-    return rows
+    return read_in(read, name, column, values, columns).to_pylist()
 
 
 def _subtree(communities: dict[str, dict], roots: list[str]) -> list[dict]:

@@ -9,6 +9,7 @@ into a failure; QueryBuilder reads did not in our trials.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +22,17 @@ from graphwright import storage, tables
 def sql_list(values) -> str:
     """A SQL IN-list of string literals."""
     return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+
+
+def read_in(read: Callable[..., pa.Table], name: str, column: str, values, columns: list[str]) -> pa.Table:
+    """Rows of `name` whose `column` is one of `values`, asked for 1000 keys at a time. `read` is
+    IndexStore.read or a reader pinned to a published version."""
+    values = sorted(set(values))
+    parts = [read(name, columns=columns, where=f'"{column}" IN {sql_list(values[o:o + 1000])}') for o in range(0, len(values), 1000)]
+    if not parts:
+        schema = tables.schema(name).arrow
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    return pa.concat_tables(parts)
 
 
 def row_diff(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> dict[str, int]:

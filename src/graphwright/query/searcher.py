@@ -11,7 +11,7 @@ import numpy as np
 from graphwright.embed import make_embedder
 from graphwright.names import normalize_name
 from graphwright.publish import PublishedIndex
-from graphwright.store import IndexStore, sql_list
+from graphwright.store import IndexStore, read_in, sql_list
 
 MODES = ("local", "global", "naive", "low", "high", "hybrid", "mix", "graph")
 
@@ -79,11 +79,7 @@ class Searcher:
     # -- tables ---------------------------------------------------------------------------------
 
     def _read_in(self, table: str, column: str, keys, columns: list[str]) -> list[dict]:
-        keys = sorted(set(keys))
-        rows = []
-        for o in range(0, len(keys), 1000):
-            rows += self.index.read(table, columns=columns, where=f"{column} IN {sql_list(keys[o:o + 1000])}").to_pylist()
-        return rows
+        return read_in(self.index.read, table, column, keys, columns).to_pylist()
 
     def chunks(self, chunk_ids) -> dict[str, dict]:
         return {r["chunk_id"]: r for r in self._read_in("chunks", "chunk_id", chunk_ids, ["chunk_id", "doc_id", "text"])}
