@@ -107,3 +107,19 @@ def test_hnsw_index_above_threshold(tmp_path):
     assert [h[0][0] for h in hits] == ids[:10]  # each vector finds itself
     save_index(index, tmp_path / "h.faiss")
     assert load_index(tmp_path / "h.faiss").search(vectors[:10], 1) == hits
+
+
+def test_a_cuvs_index_on_a_host_without_cuvs_is_a_clear_error():
+    import importlib.util
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from graphwright.vectors import from_bytes
+
+    if importlib.util.find_spec("cuvs") is not None:
+        pytest.skip("cuVS is installed here")
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"item_id": ["a"]}).replace_schema_metadata({"index_kind": "cagra"}), sink)
+    with pytest.raises(ValueError, match="built with cuVS"):
+        from_bytes(b"not read", sink.getvalue().to_pybytes())

@@ -103,7 +103,11 @@ def from_bytes(index_bytes: bytes, ids_bytes: bytes) -> VectorIndex:
 
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / "index").write_bytes(index_bytes)
-            return VectorIndex(ids, CuvsIndex.load(kind, Path(tmp) / "index"))
+            try:
+                return VectorIndex(ids, CuvsIndex.load(kind, Path(tmp) / "index"))
+            except ImportError as exc:
+                raise ValueError(f"this vector index was built with cuVS ({kind}) and needs the [gpu] extra and a GPU to load; "
+                                 f"query it on a GPU host, or re-index with vectors.engine: faiss ({exc})") from exc
     import faiss
 
     return VectorIndex(ids, faiss.deserialize_index(np.frombuffer(index_bytes, dtype=np.uint8)))
