@@ -98,7 +98,8 @@ def run_one(corpus: Path, index: Path, executor: str) -> dict:
     return {"chunks": summary["chunks"], "entities": summary["entities"], "relationships": summary["relationships"],
             "communities": summary["communities"], "wall_s": wall,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "stages": {r["stage"]: {k: r[k] for k in ("wall_s", "cpu_s", "worker_cpu_s", "work_done", "work_unit", "rows_out")} for r in rows}}
+            "stages": {r["stage"]: {k: r[k] for k in ("wall_s", "cpu_s", "worker_cpu_s", "work_done", "work_unit", "rows_out")}
+                       | {"peak_mb": json.loads(r["details"]).get("driver_peak_rss_mb")} for r in rows}}
 
 
 def main() -> None:
@@ -129,6 +130,7 @@ def main() -> None:
         r = json.loads(child.stdout.strip().splitlines()[-1])
         results.append(r)
         stages = "  ".join(f"{name} {s['wall_s']:.1f}s" + (f" ({s['work_done'] / s['wall_s']:.0f} {s['work_unit']}/s)" if s["work_done"] and s["wall_s"] > 0.05 and name in ("chunk", "extract", "embed") else "")
+                           + (f" [{s['peak_mb']} MB]" if s.get("peak_mb") else "")
                            for name, s in r["stages"].items())
         print(f"{r['chunks']:>8} chunks {r['entities']:>8} entities {r['relationships']:>9} relationships | "
               f"total {r['wall_s']:7.1f} s  {r['chunks'] / r['wall_s']:6.0f} chunks/s  peak {r['peak_rss_mb']:7.0f} MB | {stages}", flush=True)
