@@ -26,7 +26,8 @@ from graphwright.exports.graph import PublishedGraph
 from graphwright.publish import PublishedIndex, manifests
 
 REPO = Path(__file__).resolve().parents[1]
-REF_PYTHON = Path(os.environ.get("GRAPHWRIGHT_REF_VENV", "/work/venvs/ref")) / "bin" / "python"
+# the reference engines' own venv (README, "Exports"); GRAPHWRIGHT_REF_VENV points elsewhere
+REF_PYTHON = Path(os.environ.get("GRAPHWRIGHT_REF_VENV", REPO / ".venv-ref")) / "bin" / "python"
 needs_lancedb = pytest.mark.skipif(importlib.util.find_spec("lancedb") is None,
                                    reason="the graphrag export needs lancedb (pip install 'graphwright[exports]')")
 
