@@ -3,9 +3,9 @@
 Runs in a separate environment holding graphrag 3.3 and lightrag-hku 1.5 (it imports neither
 graphwright nor anything of ours):
 
-    python3.11 -m venv /work/venvs/ref
-    /work/venvs/ref/bin/pip install graphrag==3.3.0 lightrag-hku==1.5.7
-    /work/venvs/ref/bin/python bench/reference_query.py \
+    python3.11 -m venv .venv-ref
+    .venv-ref/bin/pip install graphrag==3.3.0 lightrag-hku==1.5.7
+    .venv-ref/bin/python bench/reference_query.py \
         --graphrag INDEX/exports/graphrag/v1 --lightrag INDEX/exports/lightrag/v1 \
         --llm-base-url http://127.0.0.1:8089/v1 --llm-model qwen \
         --embed-base-url http://127.0.0.1:8091/v1 --embed-model all-MiniLM-L6-v2 \

@@ -16,9 +16,7 @@ from graphwright.chunking import chunk_text
 from graphwright.config import ChunkConfig, ExtractConfig
 from graphwright.extract.nlp import extract_chunk
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not DATA.exists():
-    DATA = Path("/work/shared/data")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data beside the repo
 
 
 def load_corpus(name: str) -> list[dict]:

@@ -11,7 +11,7 @@ size runs in a fresh process; seconds exclude generating the input and starting 
 start is printed apart). CPU seconds are the driver process's (Dask's threads included; Ray's
 workers are other processes, so its figure is only the driver's share); so is peak RSS.
 
-    /work/venvs/resolve-bench/bin/python bench/resolve_joins.py [--sizes 1000000,5000000] [--engines arrow,dask,ray]
+    python bench/resolve_joins.py [--sizes 1000000,5000000] [--engines arrow,dask,ray]
 
 (dask is in the `bench` extra: pip install -e .[bench].) Prints figures; asserts nothing.
 """
