@@ -98,3 +98,19 @@ def make_extraction_fail(monkeypatch, marker: str, message: str) -> None:
         return real(text, config)
 
     monkeypatch.setattr(nlp, "extract_chunk", flaky)
+
+
+MENTION_FIELDS = [("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
+                  ("count", pa.int32()), ("chunk_id", pa.string()), ("doc_id", pa.string())]
+ASSERTION_FIELDS = [("source", pa.string()), ("target", pa.string()), ("description", pa.string()),
+                    ("weight", pa.float64()), ("chunk_id", pa.string()), ("doc_id", pa.string())]
+
+
+def mentions_table(rows) -> pa.Table:
+    """Resolve's mention input from (name, type, description, count, chunk_id, doc_id) tuples."""
+    return pa.Table.from_pylist([dict(zip([n for n, _ in MENTION_FIELDS], r)) for r in rows], schema=pa.schema(MENTION_FIELDS))
+
+
+def assertions_table(rows) -> pa.Table:
+    """Resolve's assertion input from (source, target, description, weight, chunk_id, doc_id) tuples."""
+    return pa.Table.from_pylist([dict(zip([n for n, _ in ASSERTION_FIELDS], r)) for r in rows], schema=pa.schema(ASSERTION_FIELDS))

@@ -1,27 +1,13 @@
 import random
 
-import pyarrow as pa
 import pytest
 
 from graphwright import ids, tables
 from graphwright.config import ResolveConfig
 from graphwright.resolve import merge_descriptions, resolve
+from _helpers import assertions_table, mentions_table
 
 CFG = ResolveConfig()
-
-
-def mentions_table(rows):
-    return pa.Table.from_pylist(
-        [dict(zip(("name", "type", "description", "count", "chunk_id", "doc_id"), r)) for r in rows]
-    )
-
-
-def assertions_table(rows):
-    return pa.Table.from_pylist(
-        [dict(zip(("source", "target", "description", "weight", "chunk_id", "doc_id"), r)) for r in rows],
-        schema=pa.schema([("source", pa.string()), ("target", pa.string()), ("description", pa.string()),
-                          ("weight", pa.float64()), ("chunk_id", pa.string()), ("doc_id", pa.string())]),
-    )
 
 
 MENTIONS = [

@@ -4,7 +4,6 @@ and a merge follows its evidence (a deleted document undoes it)."""
 import random
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from graphwright import ids
@@ -14,20 +13,9 @@ from graphwright.neighbours import neighbours, ngram_vectors
 from graphwright.resolve import resolve
 from graphwright.resolve_adjudicate import adjudicate, parse_verdict
 from graphwright.resolve_scoring import contained, name_score, spelling_score
+from _helpers import assertions_table, mentions_table
 
 LINKED = ResolveConfig()
-
-
-def mentions(rows):
-    return pa.Table.from_pylist([dict(zip(("name", "type", "description", "count", "chunk_id", "doc_id"), r)) for r in rows],
-                                schema=pa.schema([("name", pa.string()), ("type", pa.string()), ("description", pa.string()),
-                                                  ("count", pa.int32()), ("chunk_id", pa.string()), ("doc_id", pa.string())]))
-
-
-def assertions(rows):
-    return pa.Table.from_pylist([dict(zip(("source", "target", "description", "weight", "chunk_id", "doc_id"), r)) for r in rows],
-                                schema=pa.schema([("source", pa.string()), ("target", pa.string()), ("description", pa.string()),
-                                                  ("weight", pa.float64()), ("chunk_id", pa.string()), ("doc_id", pa.string())]))
 
 
 # 'Ebenezer Scrooge' and 'Scrooge' share chunks and neighbours in d1; d2 adds a second Scrooge.
@@ -73,7 +61,7 @@ def test_name_rules():
 
 
 def test_links_variants_with_evidence():
-    result = resolve(mentions(D1), assertions(A1), LINKED)
+    result = resolve(mentions_table(D1), assertions_table(A1), LINKED)
     ent = entity_of(result)
     assert ent["Scrooge"] == ent["Ebenezer Scrooge"] == ids.entity_id("scrooge")  # the most mentioned key names it
     assert ent["Masetrton"] == ent["Masterton"]
@@ -92,17 +80,17 @@ def test_links_variants_with_evidence():
 
 
 def test_exact_names_only_when_configured():
-    ent = entity_of(resolve(mentions(D1), assertions(A1), ResolveConfig(method="normalized_name")))
+    ent = entity_of(resolve(mentions_table(D1), assertions_table(A1), ResolveConfig(method="normalized_name")))
     assert ent["Scrooge"] != ent["Ebenezer Scrooge"] and ent["Mrs. Cratchit"] == ent["Cratchit"]
 
 
 def test_ambiguous_short_name_is_not_chained_and_merge_follows_evidence():
-    both = entity_of(resolve(mentions(D1 + D2), assertions(A1 + A2), LINKED))
+    both = entity_of(resolve(mentions_table(D1 + D2), assertions_table(A1 + A2), LINKED))
     # 'Scrooge' could be either: no merge, and the two full names are never chained together
     assert both["Fred Scrooge"] != both["Ebenezer Scrooge"]
     assert both["Scrooge"] != both["Ebenezer Scrooge"] and both["Scrooge"] != both["Fred Scrooge"]
     # deleting d2 removes the ambiguity: the merge comes back, exactly as from scratch
-    after = resolve(mentions(D1), assertions(A1), LINKED)
+    after = resolve(mentions_table(D1), assertions_table(A1), LINKED)
     assert entity_of(after)["Scrooge"] == entity_of(after)["Ebenezer Scrooge"]
 
 
@@ -111,11 +99,11 @@ def test_merge_undone_when_its_evidence_is_deleted():
     extra_m = [("Ebeneezer Scrooge", "PERSON", "Ebeneezer Scrooge again.", 1, "c9", "d9"),
                ("Marley", "PERSON", "Marley.", 1, "c9", "d9"), ("London", "GEO", "London.", 1, "c9", "d9")]
     extra_a = [("Ebeneezer Scrooge", "Marley", "", 1.0, "c9", "d9"), ("Ebeneezer Scrooge", "London", "", 1.0, "c9", "d9")]
-    with_doc = resolve(mentions(D1 + extra_m), assertions(A1 + extra_a), LINKED)
+    with_doc = resolve(mentions_table(D1 + extra_m), assertions_table(A1 + extra_a), LINKED)
     assert entity_of(with_doc)["Ebeneezer Scrooge"] == entity_of(with_doc)["Scrooge"]
-    without = resolve(mentions(D1), assertions(A1), LINKED)
+    without = resolve(mentions_table(D1), assertions_table(A1), LINKED)
     assert "Ebeneezer Scrooge" not in entity_of(without)
-    assert without[0].equals(resolve(mentions(D1), assertions(A1), LINKED)[0])
+    assert without[0].equals(resolve(mentions_table(D1), assertions_table(A1), LINKED)[0])
     scrooge = next(e for e in with_doc[0].to_pylist() if e["canonical_key"] == "scrooge")
     assert "d9" in scrooge["doc_ids"]
     scrooge = next(e for e in without[0].to_pylist() if e["canonical_key"] == "scrooge")
@@ -123,11 +111,11 @@ def test_merge_undone_when_its_evidence_is_deleted():
 
 
 def test_linking_ignores_input_order():
-    first = resolve(mentions(D1 + D2), assertions(A1 + A2), LINKED)
+    first = resolve(mentions_table(D1 + D2), assertions_table(A1 + A2), LINKED)
     rows_m, rows_a = list(D1 + D2), list(A1 + A2)
     random.Random(5).shuffle(rows_m)
     random.Random(6).shuffle(rows_a)
-    again = resolve(mentions(rows_m), assertions(rows_a), LINKED)
+    again = resolve(mentions_table(rows_m), assertions_table(rows_a), LINKED)
     for x, y in zip(first, again):
         assert x.equals(y)
 
@@ -137,7 +125,7 @@ def test_type_conflict_blocks_merge():
             ("Amman", "GEO", "Amman.", 1, "c1", "d1")]
     a = [("Jordan", "Amman", "", 1.0, "c1", "d1"), ("Michael Jordan", "Amman", "", 1.0, "c1", "d1"),
          ("Jordan", "Amman", "", 1.0, "c1", "d1")]
-    ent = entity_of(resolve(mentions(rows), assertions(a), LINKED))
+    ent = entity_of(resolve(mentions_table(rows), assertions_table(a), LINKED))
     assert ent["Jordan"] != ent["Michael Jordan"]
 
 
@@ -150,9 +138,9 @@ def test_borderline_pairs_go_to_the_adjudicator():
 
     # a very high threshold makes the Scrooge pair borderline
     strict = ResolveConfig(accept_threshold=0.99, borderline_threshold=0.5)
-    no_llm = entity_of(resolve(mentions(D1), assertions(A1), strict, adjudicate=judge))
+    no_llm = entity_of(resolve(mentions_table(D1), assertions_table(A1), strict, adjudicate=judge))
     assert not asked and no_llm["Scrooge"] != no_llm["Ebenezer Scrooge"]  # adjudicate is off
-    with_llm = resolve(mentions(D1), assertions(A1), ResolveConfig(accept_threshold=0.99, borderline_threshold=0.5, adjudicate=True),
+    with_llm = resolve(mentions_table(D1), assertions_table(A1), ResolveConfig(accept_threshold=0.99, borderline_threshold=0.5, adjudicate=True),
                        adjudicate=judge)
     assert ("ebenezer scrooge", "scrooge") in asked
     assert entity_of(with_llm)["Scrooge"] == entity_of(with_llm)["Ebenezer Scrooge"]
