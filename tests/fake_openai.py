@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from graphwright.config import EmbedConfig, ExtractConfig
 from graphwright.embed import HashingEmbedder
 from graphwright.extract.nlp import extract_chunk
+from graphwright.loopback import LoopbackServer
 
 
 def _tables(prompt: str) -> dict[str, list[list[str]]]:
@@ -47,28 +48,14 @@ def _report(prompt: str) -> dict:
             "rating": 5, "rating_explanation": "fixed by the fake server", "findings": findings}
 
 
-class FakeOpenAI:
-    def __init__(self):
+class FakeOpenAI(LoopbackServer):
+    def __init__(self, port: int = 0):
         self.requests: list[dict] = []
         self.faults: dict[str, list[str]] = {}  # marker in the chunk -> behaviours to apply, in order
         self.zero_score_markers: list[str] = []  # global map points on reports whose title has one score 0
         self.lock = threading.Lock()
         self.embedder = HashingEmbedder(EmbedConfig(engine="hashing", dim=32))
-        handler = self._handler()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(self._handler(), port=port)
 
     def fault(self, marker: str, *behaviours: str) -> None:
         """Apply `behaviours` ('drop', '503', '400', 'malformed', 'badbody'; 'always:X' repeats X)
@@ -202,11 +189,7 @@ if __name__ == "__main__":  # serve on a fixed loopback port until interrupted (
     import sys
     import time
 
-    fake = FakeOpenAI()
-    fake.server.server_close()
-    fake.server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1]) if len(sys.argv) > 1 else 8090), fake._handler())
-    fake.thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
-    with fake:
+    with FakeOpenAI(port=int(sys.argv[1]) if len(sys.argv) > 1 else 8090) as fake:
         print(f"fake OpenAI-compatible server on {fake.base_url}", flush=True)
         while True:
             time.sleep(3600)

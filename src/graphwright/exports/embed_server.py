@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from graphwright.loopback import LoopbackServer
 
 
-class EmbeddingServer:
+class EmbeddingServer(LoopbackServer):
     def __init__(self, embedder, model: str, host: str = "127.0.0.1", port: int = 0):
         self.embedder, self.model = embedder, model
         self.lock = threading.Lock()  # one encode at a time: the model is not shared safely between threads
-        self.server = ThreadingHTTPServer((host, port), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(self._handler(), host, port)
 
     @classmethod
     def for_index(cls, index_dir: str, version: int | None = None, **kwargs) -> EmbeddingServer:
@@ -27,19 +28,6 @@ class EmbeddingServer:
 
         index = PublishedIndex(IndexStore(index_dir), version)
         return cls(make_embedder(index.config.embed), index.manifest["embedding_model"], **kwargs)
-
-    @property
-    def base_url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         with self.lock:
