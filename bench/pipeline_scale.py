@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from _fresh_process import MeasurementFailed, measure
+
 FIRST = ("Ada Alan Amara Anton Beatrix Bruno Carmen Cyrus Dara Dmitri Elena Emil Farah Felix Greta Hugo Ines Ivan Jonas Julia "
          "Kenji Kira Lars Leila Mateo Mira Nadia Nils Olga Omar Petra Quentin Rosa Ravi Sana Stefan Tariq Tess Ulla Viktor "
          "Wanda Xavier Yara Yusuf Zofia Zane Aiko Boris Celia Diego").split()
@@ -122,12 +124,11 @@ def main() -> None:
             generate(corpus, documents, a.words_per_doc)
             print(f"generated {documents} documents for ~{target} chunks in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         subprocess.run(["rm", "-rf", str(index)], check=True)
-        child = subprocess.run([sys.executable, __file__, "--executor", a.executor, "--one", str(corpus), str(index)],
-                               capture_output=True, text=True)
-        if child.returncode:
-            print(child.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"the run for {target} chunks failed")
-        r = json.loads(child.stdout.strip().splitlines()[-1])
+        try:
+            r = measure(__file__, "--executor", a.executor, "--one", str(corpus), str(index))
+        except MeasurementFailed as exc:
+            print(exc.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"the run for {target} chunks failed") from exc
         results.append(r)
         stages = "  ".join(f"{name} {s['wall_s']:.1f}s" + (f" ({s['work_done'] / s['wall_s']:.0f} {s['work_unit']}/s)" if s["work_done"] and s["wall_s"] > 0.05 and name in ("chunk", "extract", "embed") else "")
                            + (f" [{s['peak_mb']} MB]" if s.get("peak_mb") else "")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _fresh_process import MeasurementFailed, measure
 from resolve_scale import generate
 
 from graphwright.names import resolution_key
@@ -120,11 +120,11 @@ def main() -> int:
     print(f"{'mentions':>9} {'engine':<6} {'seconds':>8} {'cpu s':>7} {'start s':>8} {'peak MiB':>9}  rows (key agg, key-chunk, pair agg, pair-chunk)")
     for n in (int(s) for s in args.sizes.split(",")):
         for engine in args.engines.split(","):
-            out = subprocess.run([sys.executable, __file__, "--one", str(n), "--engine", engine], capture_output=True, text=True, check=False)
-            if out.returncode:
-                print(f"{n:>9} {engine:<6} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}", flush=True)
+            try:
+                r = measure(__file__, "--one", str(n), "--engine", engine)
+            except MeasurementFailed as exc:
+                print(f"{n:>9} {engine:<6} failed: {exc}", flush=True)
                 continue
-            r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{n:>9} {engine:<6} {r['seconds']:>8.2f} {r['cpu_s']:>7.2f} {r['start_s']:>8.1f} {r['peak_rss_mib']:>9}  {r['rows']}", flush=True)
     return 0
 

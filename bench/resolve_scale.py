@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pyarrow as pa
+
+from _fresh_process import MeasurementFailed, measure
 
 SYL = ["al", "der", "bren", "wick", "cor", "vale", "mar", "tin", "os", "ley", "ha", "ven", "dor", "ric", "el", "wyn",
        "gar", "ton", "bel", "la", "mor", "ris", "quin", "by", "sel", "den", "ash", "ford", "ka", "rin", "tho", "mas"]
@@ -118,11 +119,11 @@ def main() -> int:
         return 0
     print(f"{'mentions':>9} {'names':>8} {'pairs':>9} {'merged':>7} {'entities':>8} {'seconds':>8} {'cpu s':>7} {'cpu s/1M':>8} {'peak MiB':>9} {'growth MiB':>10}")
     for n in (int(s) for s in args.sizes.split(",")):
-        out = subprocess.run([sys.executable, __file__, "--one", str(n), "--method", args.method], capture_output=True, text=True, check=False)
-        if out.returncode:
-            print(f"{n:>9} failed: {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode}")
+        try:
+            r = measure(__file__, "--one", str(n), "--method", args.method)
+        except MeasurementFailed as exc:
+            print(f"{n:>9} failed: {exc}")
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{n:>9} {r['names']:>8} {r['pairs_scored']:>9} {r['keys_merged']:>7} {r['entities']:>8} {r['seconds']:>8.1f} "
               f"{r['cpu_s']:>7.1f} {r['cpu_s'] / n * 1e6:>8.1f} {r['peak_rss_mib']:>9} {r['rss_growth_mib']:>10}", flush=True)
     return 0
