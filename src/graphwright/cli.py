@@ -150,24 +150,22 @@ def rollback(
     as_json: JsonOpt = False,
 ) -> None:
     """Restore the tables to a published version and publish that state as a new version."""
-    from graphwright.lock import IndexLocked, LockLost, run_lock
-    from graphwright.pipeline import new_run_id
-    from graphwright.publish import NoPublishedVersion, rollback as do_rollback
+    from graphwright.jobs import rollback as locked_rollback
+    from graphwright.lock import IndexLocked, LockLost
+    from graphwright.publish import NoPublishedVersion
 
-    store, run_id = _existing_index(index_dir), new_run_id()
+    _existing_index(index_dir)
     try:
-        with run_lock(store, run_id, "rollback"):
-            manifest = do_rollback(store, to, run_id)
+        result = locked_rollback(str(index_dir), to)
     except NoPublishedVersion as exc:
         _fail(str(exc))
     except (IndexLocked, LockLost) as exc:
         _fail(str(exc), LOCKED_EXIT)
-    result = {"rolled_back_to": to, "version": manifest["version"], "counts": manifest["counts"]}
     if as_json:
         typer.echo(json.dumps(result))
     else:
-        out.print(f"version {manifest['version']} published with the contents of version {to}" if manifest["new"]
-                  else f"the latest version ({manifest['version']}) already has the contents of version {to}; nothing published")
+        out.print(f"version {result['version']} published with the contents of version {to}" if result["new_version"]
+                  else f"the latest version ({result['version']}) already has the contents of version {to}; nothing published")
 
 
 @app.command()

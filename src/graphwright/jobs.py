@@ -72,6 +72,7 @@ def delete(index: str, doc_ids: list[str], source_globs: list[str] = ()) -> dict
 
 
 def rollback(index: str, to_version: int) -> dict:
+    """Make a published version current again, under the run lock (graphwright.publish.rollback)."""
     from graphwright.lock import run_lock
     from graphwright.pipeline import new_run_id
     from graphwright.publish import rollback as restore
