@@ -54,6 +54,12 @@ class LLMConfig(_Section):
     max_model_len: int | None = Field(None, ge=128)
     n_ctx: int = Field(4096, ge=512)  # llamacpp context window
 
+    def require(self, what: str) -> LLMConfig:
+        """This configuration, or a clear error when `what` needs an LLM and no model is set."""
+        if not self.model:
+            raise ValueError(f"{what} needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+        return self
+
 
 class ExtractConfig(_Section):
     engine: Literal["nlp", "llm"] = "nlp"

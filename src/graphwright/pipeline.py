@@ -427,8 +427,7 @@ def _resolve_adjudicator(run: Run):
     """Borderline pairs to the LLM, through the cache; the calls are recorded."""
     if not run.config.resolve.adjudicate:
         return None
-    if not run.config.llm.model:
-        raise ValueError("resolve.adjudicate needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+    run.config.llm.require("resolve.adjudicate")
     from graphwright.resolve_adjudicate import adjudicate
 
     def decide(pairs):
@@ -442,8 +441,7 @@ def _resolve_adjudicator(run: Run):
 def _summarize_descriptions(run: Run, overflow: dict, entities: pa.Table, relationships: pa.Table) -> tuple[pa.Table, pa.Table]:
     from graphwright.summarize import summarize
 
-    if not run.config.llm.model:
-        raise ValueError("resolve.summarize needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+    run.config.llm.require("resolve.summarize")
     summaries, calls = summarize(run.store, overflow, run.config.resolve.description_max_chars, run.config.llm)
     _record_llm_calls(run, "resolve", pa.Table.from_pylist(calls))
 
@@ -492,8 +490,7 @@ def stage_report(run: Run) -> dict:
             m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                      work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
             return stats
-        if not run.config.llm.model:  # lazy too: a query must not be the first to find out
-            raise ValueError(f"report.mode {cfg.mode} needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+        run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
         llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist())
         gen = generator_of(run.config.llm)
         current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}

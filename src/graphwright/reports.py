@@ -193,8 +193,7 @@ class LLMReports:
         """({community_id: report row}, call records, counts) for `targets` and what they need."""
         from graphwright.llm_reports import write_reports
 
-        if not self.llm.model:
-            raise ValueError(f"report.mode {self.config.mode} needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+        self.llm.require(f"report.mode {self.config.mode}")
         return write_reports(self.plans, targets, existing, self._complete, self._fallback, self.config, self.llm)
 
 

@@ -106,8 +106,7 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, level: int | None
     result = {"level": level, "evidence": reports}
     if not use_llm:
         return result
-    if not llm.model:
-        raise ValueError("global map-reduce needs an LLM: set llm.model (or GRAPHWRIGHT_LLM__MODEL)")
+    llm.require("global map-reduce")
     batches = map_batches(reports, qc.global_map_tokens)
     calls = complete(searcher, [map_request(question, reports, batch, llm) for batch in batches])
     points, failed = [], 0
