@@ -11,6 +11,8 @@ import pyarrow as pa
 
 from graphwright import ids, tables
 
+DOCUMENTS_PER_BATCH = 8  # documents vary in length far more than chunks: small batches spread the work
+
 
 @functools.cache
 def tokenizer():

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright import ids, tables
-from graphwright.chunking import Chunker
+from graphwright.chunking import DOCUMENTS_PER_BATCH, Chunker
 from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.costs import stage_cost
@@ -239,7 +239,7 @@ def stage_chunk(run: Run) -> dict:
             todo_ids = [d for d, _ in todo]
             texts = read_in(store.read, "documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
             stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
-                               batch_size=8, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+                               batch_size=DOCUMENTS_PER_BATCH, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
             documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))  # noqa: E731
             for batch in run.map_batches("chunk", texts, stage, documents_in):

@@ -3,6 +3,7 @@ where it runs (the driver or a pool of Ray actors) and what it reserves."""
 
 from __future__ import annotations
 
+from graphwright.chunking import DOCUMENTS_PER_BATCH
 from graphwright.config import PipelineConfig
 from graphwright.embed import model_name
 from graphwright.extract import extractor_key
@@ -36,7 +37,7 @@ def describe(cfg: PipelineConfig) -> list[dict]:
         extractor = f"invalid: {exc}"
     return [
         {"stage": "ingest", "engine": "files / JSONL / Parquet / Delta", "runs_on": "driver", "resources": ""},
-        {"stage": "chunk", "engine": f"tokens {cfg.chunk.size_tokens}, overlap {cfg.chunk.overlap_tokens}", "runs_on": _pool(cfg), "resources": "batches of 8 documents"},
+        {"stage": "chunk", "engine": f"tokens {cfg.chunk.size_tokens}, overlap {cfg.chunk.overlap_tokens}", "runs_on": _pool(cfg), "resources": f"batches of {DOCUMENTS_PER_BATCH} documents"},
         {"stage": "extract", "engine": extractor, "runs_on": extract_on, "resources": extract_res},
         {"stage": "resolve", "engine": cfg.resolve.method, "runs_on": "driver", "resources": ""},
         {"stage": "cluster", "engine": f"{cfg.cluster.engine} hierarchical Leiden, max cluster {cfg.cluster.max_cluster_size}", "runs_on": "driver", "resources": ""},
