@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _carol import story_words, write_opening
+
 from graphwright.config import load_config
 from graphwright.pipeline import run_index
 from graphwright.query import query
@@ -59,15 +61,11 @@ def main() -> int:
     parser.add_argument("--question", default="What did Scrooge say to his nephew about Christmas?")
     parser.add_argument("--other-question", default="Who was Marley and what happened to him?")
     args = parser.parse_args()
-    text = Path("sample/a_christmas_carol.txt").read_text(encoding="utf-8-sig")
-    start = text.index("Marley was dead, to begin with")
     work = Path(tempfile.mkdtemp(prefix="gw-reports-"))
-    src = work / "src"
-    src.mkdir()
-    (src / "carol.txt").write_text(" ".join(text[start:].split()[: args.words or None]))
+    src = write_opening(work / "src", "carol.txt", args.words or None)
     llm = {"engine": "openai", "model": args.model, "base_url": args.base_url, "response_format": args.response_format,
            "max_tokens": args.max_tokens, "api_key_env": None, "concurrency": args.concurrency, "timeout_s": 900, "max_attempts": 2}
-    out = {"words": args.words or len(text[start:].split())}
+    out = {"words": args.words or len(story_words())}
     quiet = lambda m: None
     # extractive first: the baseline, and it pays the process's one-time costs (loading the
     # sentence splitter, the tokenizer) that would otherwise land on whichever mode ran first

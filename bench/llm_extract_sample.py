@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _carol import write_opening
+
 from graphwright.config import load_config
 from graphwright.pipeline import run_delete, run_index
 from graphwright.store import IndexStore
@@ -31,12 +33,8 @@ def main() -> int:
     parser.add_argument("--response-format", default="json_object")
     parser.add_argument("--words", type=int, default=1200)
     args = parser.parse_args()
-    text = Path("sample/a_christmas_carol.txt").read_text(encoding="utf-8-sig")
-    start = text.index("Marley was dead, to begin with")
     work = Path(tempfile.mkdtemp(prefix="gw-llm-"))
-    src = work / "src"
-    src.mkdir()
-    (src / "stave-one.txt").write_text(" ".join(text[start:].split()[: args.words]))
+    src = write_opening(work / "src", "stave-one.txt", args.words)
     llm = {"engine": args.engine, "model": args.model, "response_format": args.response_format, "max_tokens": 700,
            "api_key_env": None, "concurrency": 1}
     if args.base_url:
