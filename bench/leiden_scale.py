@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -72,11 +73,12 @@ def memberships(n: int, rows) -> tuple[np.ndarray, np.ndarray]:
     return top, leaf
 
 
-def run_ours(n, edges, weights, max_size, seed, engine, iterations):
+def run_ours(n, edges, weights, max_size, seed, engine, iterations, workers):
     cfg = ClusterConfig(max_cluster_size=max_size, seed=seed, engine=engine, n_iterations=iterations)
+    usage = {"worker_cpu_s": 0.0}
     started, cpu = time.perf_counter(), time.process_time()
-    communities = hierarchical_leiden(n, edges, weights, cfg, make_engine(engine))
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    communities = hierarchical_leiden(n, edges, weights, cfg, make_engine(engine), workers=workers, usage=usage)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu + usage["worker_cpu_s"]
     return seconds, cpu, 0.0, memberships(n, [(c.level, c.members, not c.children) for c in communities])
 
 
@@ -111,6 +113,7 @@ def main() -> int:
     parser.add_argument("--engine", default="igraph")
     parser.add_argument("--iterations", default=str(ClusterConfig().n_iterations),
                         help="our n_iterations; a comma-separated list runs ours once per value")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="processes for our levels below the top")
     parser.add_argument("--sides", default="ours,graspologic")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -128,8 +131,8 @@ def main() -> int:
     for side, iterations in runs:
         if side == "ours":
             seconds, cpu, convert, (top, leaf) = run_ours(n, edges, weights, args.max_cluster_size, args.seed,
-                                                          args.engine, iterations)
-            side = f"graphwright/{args.engine}/it{iterations}"
+                                                          args.engine, iterations, args.workers)
+            side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}"
         else:
             seconds, cpu, convert, (top, leaf) = run_graspologic(n, edges, weights, args.max_cluster_size, args.seed)
             side = "graspologic-native"

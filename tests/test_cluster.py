@@ -290,3 +290,20 @@ def test_cugraph_engine_routes_small_graphs_to_igraph_without_a_gpu():
     communities = hierarchical_leiden(n, edges, weights, cfg, engine)
     check_hierarchy(n, communities, 10, edges, IgraphEngine(), cfg)
     assert max(c.level for c in communities) >= 1
+
+
+def test_levels_split_in_bins_give_the_same_hierarchy_in_any_number_of_processes(monkeypatch):
+    import graphwright.cluster as cluster_module
+
+    n, edges, weights, _ = planted_partition([30] * 12, 0.4, 0.01, seed=8)
+    monkeypatch.setattr(cluster_module, "BIN_EDGES", len(edges) // 5)  # several bins per level
+    cfg = ClusterConfig(max_cluster_size=8, n_iterations=2)
+    jobs = list(cluster_module._bins(n, edges, weights, np.repeat(np.arange(12), 30), None))
+    assert len(jobs) > 1 and sorted(np.concatenate([j[0] for j in jobs]).tolist()) == list(range(n))
+    usage = {}
+    pooled = hierarchical_leiden(n, edges, weights, cfg, IgraphEngine(), workers=2, usage=usage)
+    alone = hierarchical_leiden(n, edges, weights, cfg, IgraphEngine(), workers=1)
+    check_hierarchy(n, pooled, 8, edges, IgraphEngine(), cfg)
+    assert max(c.level for c in pooled) >= 1
+    assert [(c.level, c.members.tolist(), c.parent) for c in pooled] == [(c.level, c.members.tolist(), c.parent) for c in alone]
+    assert usage["worker_cpu_s"] > 0  # the pool's processes report what they used

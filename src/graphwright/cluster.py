@@ -12,7 +12,12 @@ engines get one call per community. Engines: igraph, leidenalg (CPU), cugraph (c
 
 from __future__ import annotations
 
+import multiprocessing
 import random
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,14 +100,78 @@ def make_engine(name: str):
     raise ValueError(f"unknown graph engine {name!r}")
 
 
+# Each level's splits are cut into bins of about this many edges, partitioned independently (bin
+# k seeded with seed + k). The bins depend only on the graph, never on how many processes run them,
+# so the hierarchy is the same on a laptop and on a 64-core driver; a graph below one bin is
+# partitioned exactly as one engine call would.
+BIN_EDGES = 500_000
+
+
 def partition_groups(engine, n: int, edges: np.ndarray, weights: np.ndarray, groups: np.ndarray, *,
-                     resolution: float, seed: int, n_iterations: int, initial: np.ndarray | None = None) -> np.ndarray:
+                     resolution: float, seed: int, n_iterations: int, initial: np.ndarray | None = None,
+                     pool=None, usage: dict | None = None) -> np.ndarray:
     """Partition each graph of a disjoint union on its own (labels distinct across graphs). An
-    engine whose `partition` accepts `groups` does it in one call; others get one call per graph."""
-    if getattr(engine, "batches_groups", False):
-        labels = engine.partition(n, edges, weights, resolution=resolution, seed=seed, n_iterations=n_iterations,
-                                  initial=initial, groups=groups)
-        return dense_labels(groups, labels)  # a label never spans two graphs
+    engine whose `partition` accepts `groups` gets one call per bin of graphs (in `pool`, a
+    concurrent.futures executor, when given; the CPU seconds its processes spent are added to
+    usage["worker_cpu_s"]); others get one call per graph."""
+    options = {"resolution": resolution, "n_iterations": n_iterations}
+    if not getattr(engine, "batches_groups", False):
+        return _partition_each(engine, n, edges, weights, groups, seed=seed, initial=initial, **options)
+    jobs = list(_bins(n, edges, weights, groups, initial))
+    args = [(engine, *job[1:], {**options, "seed": seed + k}) for k, job in enumerate(jobs)]
+    pooled = pool is not None and len(jobs) > 1
+    results = None
+    if pooled:
+        try:
+            results = list(pool.map(_partition_bin, *zip(*args)))
+        except BrokenProcessPool:  # e.g. a script without `if __name__ == "__main__"`: the same bins, here
+            pooled = False
+    if results is None:
+        results = (_partition_bin(*a) for a in args)
+    labels = np.empty(n, dtype=np.int64)
+    offset = 0
+    for (nodes, *_), (part, cpu) in zip(jobs, results):
+        if pooled and usage is not None:
+            usage["worker_cpu_s"] = usage.get("worker_cpu_s", 0.0) + cpu
+        labels[nodes] = part + offset
+        offset += int(part.max()) + 1 if len(part) else 0
+    return labels
+
+
+def _bins(n: int, edges: np.ndarray, weights: np.ndarray, groups: np.ndarray, initial: np.ndarray | None):
+    """(nodes, n, edges, weights, groups, initial) per bin, in local ids: consecutive graphs of
+    the union until a bin holds BIN_EDGES edges (a larger graph is a bin of its own)."""
+    count = int(groups.max()) + 1 if n else 0
+    edge_count = np.bincount(groups[edges[:, 0]], minlength=count) if len(edges) else np.zeros(count, np.int64)
+    bin_of_group = np.zeros(count, dtype=np.int64)
+    filled, current = 0, 0
+    for g, m in enumerate(edge_count.tolist()):
+        if filled and filled + m > BIN_EDGES:
+            current, filled = current + 1, 0
+        bin_of_group[g] = current
+        filled += m
+    if current == 0:
+        yield np.arange(n), n, edges, weights, groups, initial
+        return
+    node_bin, edge_bin = bin_of_group[groups], bin_of_group[groups[edges[:, 0]]]
+    local = np.empty(n, dtype=np.int64)
+    for b in range(current + 1):
+        nodes = np.flatnonzero(node_bin == b)  # ascending: edges stay sorted in local ids
+        local[nodes] = np.arange(len(nodes))
+        mine = edge_bin == b
+        yield (nodes, len(nodes), local[edges[mine]], weights[mine], dense_labels(groups[nodes]),
+               None if initial is None else dense_labels(initial[nodes]))
+
+
+def _partition_bin(engine, n, edges, weights, groups, initial, options) -> tuple[np.ndarray, float]:
+    """Dense labels for one bin, and the CPU seconds they took (module level, for a process pool)."""
+    started = time.process_time()
+    labels = engine.partition(n, edges, weights, initial=initial, groups=groups, **options)
+    return dense_labels(groups, labels), time.process_time() - started  # a label never spans two graphs
+
+
+def _partition_each(engine, n, edges, weights, groups, *, seed, initial, **options) -> np.ndarray:
+    """One engine call per graph of the union."""
     count = int(groups.max()) + 1
     order = np.argsort(groups, kind="stable")
     node_bounds = np.searchsorted(groups[order], np.arange(count + 1))
@@ -116,8 +185,8 @@ def partition_groups(engine, n: int, edges: np.ndarray, weights: np.ndarray, gro
         nodes = order[node_bounds[g]:node_bounds[g + 1]]
         mine = edge_order[edge_bounds[g]:edge_bounds[g + 1]]
         local[nodes] = np.arange(len(nodes))
-        part = engine.partition(len(nodes), local[edges[mine]], weights[mine], resolution=resolution, seed=seed,
-                                n_iterations=n_iterations, initial=None if initial is None else dense_labels(initial[nodes]))
+        part = engine.partition(len(nodes), local[edges[mine]], weights[mine], seed=seed,
+                                initial=None if initial is None else dense_labels(initial[nodes]), **options)
         labels[nodes] = dense_labels(part) + offset
         offset = int(labels[nodes].max()) + 1
     return labels
@@ -141,56 +210,19 @@ def _relabel(membership: np.ndarray) -> list[np.ndarray]:
 
 
 def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine,
-                        initial: np.ndarray | None = None) -> list[Community]:
+                        initial: np.ndarray | None = None, workers: int = 1, usage: dict | None = None) -> list[Community]:
     """The hierarchy over nodes 0..n-1 with undirected weighted `edges` (shape [m, 2]).
     `initial` (optional, shape [levels, n]) gives each node a starting label per level; every
     split starts from those labels restricted to the nodes it splits.
 
     Level by level: all communities to split at a level are partitioned together (one engine
-    run over their disjoint union, each by its own modularity), then the result is listed
+    run per bin of their disjoint union, each by its own modularity; bins run in `workers`
+    processes; their CPU seconds go to usage["worker_cpu_s"]), then the result is listed
     depth-first, each community followed by its descendants."""
-    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    weights = np.asarray(weights, dtype=np.float64)
-    if not n:
+    with _pool(workers, len(edges)) as pool:
+        levels = _levels(n, edges, weights, config, engine, initial, pool, usage)
+    if not levels:
         return []
-    # igraph indexes sorted edges about twice as fast; every level below keeps this order
-    order = np.argsort(edges[:, 0] * n + edges[:, 1], kind="stable")
-    edges, weights = edges[order], weights[order]
-    options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
-
-    def start(level: int, nodes: np.ndarray, groups: np.ndarray | None) -> np.ndarray | None:
-        if initial is None or level >= len(initial):
-            return None
-        return dense_labels(initial[level][nodes], groups)
-
-    membership = engine.partition(n, edges, weights, seed=config.seed, initial=start(0, np.arange(n), None), **options)
-    # per level: (members, index of the parent in the previous level's list)
-    levels: list[list[tuple[np.ndarray, int | None]]] = [[(g, None) for g in _relabel(membership)]]
-    while len(levels) < config.max_levels:
-        level = len(levels)
-        split = [i for i, (members, _) in enumerate(levels[-1]) if len(members) > config.max_cluster_size]
-        if not split:
-            break
-        group_of = np.full(n, -1, dtype=np.int64)
-        group_of[np.concatenate([levels[-1][i][0] for i in split])] = np.repeat(
-            np.arange(len(split)), [len(levels[-1][i][0]) for i in split])
-        nodes = np.flatnonzero(group_of >= 0)  # ascending, so local ids keep the edges sorted
-        groups = group_of[nodes]
-        ends = group_of[edges]
-        keep = (ends[:, 0] >= 0) & (ends[:, 0] == ends[:, 1])
-        edges, weights = edges[keep], weights[keep]  # deeper levels only split inside these communities
-        local = np.full(n, -1, dtype=np.int64)
-        local[nodes] = np.arange(len(nodes))
-        membership = partition_groups(engine, len(nodes), local[edges], weights, groups, seed=config.seed + level,
-                                      initial=start(level, nodes, groups), **options)
-        children = _relabel(membership)
-        parent_of = groups[[c[0] for c in children]]
-        count = np.bincount(parent_of, minlength=len(split))
-        # a community Leiden cannot split stays a leaf
-        levels.append([(nodes[c], split[p]) for c, p in zip(children, parent_of.tolist()) if count[p] >= 2])
-        if not levels[-1]:
-            levels.pop()
-            break
 
     kids: list[dict[int, list[int]]] = [{} for _ in levels]
     for level in range(1, len(levels)):
@@ -209,6 +241,67 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     for i in range(len(levels[0])):
         emit(0, i, None)
     return result
+
+
+@contextmanager
+def _pool(workers: int, edges: int):
+    """Processes for the bins of a level, when there is more than one bin to run."""
+    if workers <= 1 or edges <= BIN_EDGES:
+        yield None
+        return
+    # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["graphwright.cluster"])
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        for _ in range(workers):  # start the processes now, while the top level runs on the driver
+            pool.submit(int)
+        yield pool
+
+
+def _levels(n, edges, weights, config: ClusterConfig, engine, initial, pool, usage) -> list[list[tuple[np.ndarray, int | None]]]:
+    """Per level: (members, index of the parent in the previous level's list)."""
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    weights = np.asarray(weights, dtype=np.float64)
+    if not n:
+        return []
+    # igraph indexes sorted edges about twice as fast; every level below keeps this order
+    order = np.argsort(edges[:, 0] * n + edges[:, 1], kind="stable")
+    edges, weights = edges[order], weights[order]
+    options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
+
+    def start(level: int, nodes: np.ndarray, groups: np.ndarray | None) -> np.ndarray | None:
+        if initial is None or level >= len(initial):
+            return None
+        return dense_labels(initial[level][nodes], groups)
+
+    membership = engine.partition(n, edges, weights, seed=config.seed, initial=start(0, np.arange(n), None), **options)
+    levels: list[list[tuple[np.ndarray, int | None]]] = [[(g, None) for g in _relabel(membership)]]
+    while len(levels) < config.max_levels:
+        level = len(levels)
+        split = [i for i, (members, _) in enumerate(levels[-1]) if len(members) > config.max_cluster_size]
+        if not split:
+            break
+        group_of = np.full(n, -1, dtype=np.int64)
+        group_of[np.concatenate([levels[-1][i][0] for i in split])] = np.repeat(
+            np.arange(len(split)), [len(levels[-1][i][0]) for i in split])
+        nodes = np.flatnonzero(group_of >= 0)  # ascending, so local ids keep the edges sorted
+        groups = group_of[nodes]
+        ends = group_of[edges]
+        keep = (ends[:, 0] >= 0) & (ends[:, 0] == ends[:, 1])
+        edges, weights = edges[keep], weights[keep]  # deeper levels only split inside these communities
+        local = np.full(n, -1, dtype=np.int64)
+        local[nodes] = np.arange(len(nodes))
+        membership = partition_groups(engine, len(nodes), local[edges], weights, groups, seed=config.seed + level,
+                                      initial=start(level, nodes, groups), pool=pool, usage=usage, **options)
+        children = _relabel(membership)
+        parent_of = groups[[c[0] for c in children]]
+        count = np.bincount(parent_of, minlength=len(split))
+        # a community Leiden cannot split stays a leaf
+        levels.append([(nodes[c], split[p]) for c, p in zip(children, parent_of.tolist()) if count[p] >= 2])
+        if not levels[-1]:
+            levels.pop()
+            break
+    return levels
 
 
 def dense_labels(labels: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
@@ -244,9 +337,10 @@ def graph_hash(entities: pa.Table, relationships: pa.Table) -> str:
 
 
 def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
-            previous: pa.Table | None = None) -> pa.Table:
+            previous: pa.Table | None = None, workers: int = 1, usage: dict | None = None) -> pa.Table:
     """The communities table for the current entities and relationships (warm-started from
-    `previous` communities when given and `config.warm_start` is set)."""
+    `previous` communities when given and `config.warm_start` is set; large levels split in
+    `workers` processes, whose CPU seconds go to usage["worker_cpu_s"])."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     rel_ids = relationships.column("relationship_id").to_pylist()
@@ -257,7 +351,7 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     initial = None
     if config.warm_start and previous is not None and previous.num_rows:
         initial = previous_membership(entity_ids, previous)
-    communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial)
+    communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial, workers, usage)
 
     # relationship and chunk ids as codes in sorted order, so that each community's sorted
     # distinct ids come from one numpy pass per level rather than Python sets per community

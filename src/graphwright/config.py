@@ -168,6 +168,9 @@ class ExecutionConfig(_Section):
     # A pool of 2 actors with num_cpus=1 on a 2-core machine hangs (the driver's tasks need CPUs too).
     actor_num_cpus: float = Field(0.5, gt=0)
     commit_every: int = Field(512, ge=1)  # rows per Delta commit in streaming stages
+    # processes for the driver's own CPU-bound work (the levels of hierarchical Leiden); None = its
+    # cores. Results do not depend on it.
+    driver_processes: int | None = Field(None, ge=1)
 
 
 class QueryConfig(_Section):

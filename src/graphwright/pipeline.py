@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -103,7 +104,8 @@ class Run:
             "cpu_s": _cpu_seconds() - cpu,
             "rows_in": int(details.pop("rows_in")),
             "rows_out": int(details.pop("rows_out")),
-            "worker_cpu_s": self.worker_cpu_s() - worker_before,
+            # the executor's workers, and the processes a stage ran itself (the cluster stage's pool)
+            "worker_cpu_s": self.worker_cpu_s() - worker_before + details.pop("worker_cpu_s", 0.0),
             "gpu_s": wall_s * gpus,
             "llm_calls": llm["calls"],
             "cache_hits": llm["cache_hits"],
@@ -464,7 +466,10 @@ def stage_cluster(run: Run) -> dict:
             communities = previous
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
-            communities = cluster(entities, relationships, run.config.cluster, previous=previous)
+            usage = {"worker_cpu_s": 0.0}
+            communities = cluster(entities, relationships, run.config.cluster, previous=previous,
+                                  workers=run.config.execution.driver_processes or os.cpu_count() or 1, usage=usage)
+            m.update(usage)
             diff = store.replace_if_changed("communities", communities)
         levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
         per_level = {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
