@@ -1,11 +1,12 @@
 import random
 
+import numpy as np
 import pytest
+from _helpers import assertions_table, mentions_table
 
 from graphwright import ids, tables
 from graphwright.config import ResolveConfig
-from graphwright.resolve import merge_descriptions, resolve
-from _helpers import assertions_table, mentions_table
+from graphwright.resolve import merge_descriptions, ordered_descriptions, resolve
 
 CFG = ResolveConfig()
 
@@ -114,3 +115,21 @@ def test_merge_descriptions_orders_by_frequency_then_corpus_position_within_budg
     # a description from a later document sorts last, so it does not displace earlier ones
     assert merge_descriptions(descs + [(9, "d.")], 6) == "b. c."
     assert merge_descriptions([], 10) == ""
+
+
+def test_columnar_descriptions_match_merge_descriptions_row_by_row():
+    import pyarrow as pa
+
+    from graphwright.resolve import _descriptions
+
+    rng = random.Random(3)
+    words = ["alpha", "beta", "gamma délta", "", None, "epsilon zeta eta", "theta", "iota kappa"]
+    rows = [(rng.randrange(6), rng.choice(words), rng.randrange(40)) for _ in range(400)]  # (group, text, rank)
+    group = np.array([g for g, _, _ in rows])
+    for max_chars in (5, 30, 80):
+        merged, over = _descriptions(group, pa.array([d for _, d, _ in rows], pa.string()), np.array([r for *_, r in rows]),
+                                     7, max_chars, True)
+        for g in range(7):
+            mine = [(r, d) for gg, d, r in rows if gg == g]
+            assert merged[g].as_py() == merge_descriptions(mine, max_chars)
+            assert over.get(g) == (ordered_descriptions(mine) if sum(len(d) + 1 for d in ordered_descriptions(mine)) - 1 > max_chars else None)

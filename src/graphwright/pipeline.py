@@ -398,8 +398,9 @@ def stage_resolve(run: Run) -> dict:
     key = extractor_key(run.config.extract, run.config.llm)
     with run.stage("resolve") as m:
         where = f"extractor = '{key}'"
-        mentions = store.read("mentions", where=where)
-        assertions = store.read("assertions", where=where)
+        mentions = store.read("mentions", columns=["name", "type", "description", "count", "chunk_id", "doc_id"], where=where)
+        assertions = store.read("assertions", columns=["source", "target", "description", "weight", "chunk_id", "doc_id"],
+                                where=where)
         chunks = store.read("chunks", columns=["chunk_id", "doc_id", "chunk_index"])
         docs = store.read("documents", columns=["doc_id", "source_key"])
         source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
