@@ -117,19 +117,30 @@ def test_merge_descriptions_orders_by_frequency_then_corpus_position_within_budg
     assert merge_descriptions([], 10) == ""
 
 
-def test_columnar_descriptions_match_merge_descriptions_row_by_row():
+def test_description_plan_matches_merge_descriptions_row_by_row():
     import pyarrow as pa
 
-    from graphwright.resolve import _descriptions
+    from graphwright.resolve import (
+        _as_scan,
+        _description_hashes,
+        _DescriptionPlan,
+        _fetch_texts,
+    )
 
     rng = random.Random(3)
-    words = ["alpha", "beta", "gamma délta", "", None, "epsilon zeta eta", "theta", "iota kappa"]
-    rows = [(rng.randrange(6), rng.choice(words), rng.randrange(40)) for _ in range(400)]  # (group, text, rank)
-    group = np.array([g for g, _, _ in rows])
+    words = ["alpha", "beta", "gamma délta", "", None, "epsilon zeta eta", "theta", "iota kappa", "b", "a"]
+    # (group, text, rank): few ranks, so that many descriptions tie on (mentions, earliest) and the text decides
+    rows = [(rng.randrange(6), rng.choice(words), rng.randrange(12)) for _ in range(400)]
+    texts = pa.array([d for _, d, _ in rows], pa.string())
+    hashes, lengths = _description_hashes(texts)
+    scan = _as_scan(pa.table({"description": texts}))
     for max_chars in (5, 30, 80):
-        merged, over = _descriptions(group, pa.array([d for _, d, _ in rows], pa.string()), np.array([r for *_, r in rows]),
-                                     7, max_chars, True)
+        plan = _DescriptionPlan(np.array([g for g, _, _ in rows]), hashes, lengths, np.array([r for *_, r in rows]),
+                                7, max_chars, True)
+        fetched = _fetch_texts(scan, plan.needed())
+        merged, over = plan.merge(fetched), plan.overflow(fetched)
         for g in range(7):
             mine = [(r, d) for gg, d, r in rows if gg == g]
             assert merged[g].as_py() == merge_descriptions(mine, max_chars)
-            assert over.get(g) == (ordered_descriptions(mine) if sum(len(d) + 1 for d in ordered_descriptions(mine)) - 1 > max_chars else None)
+            ordered = ordered_descriptions(mine)
+            assert over.get(g) == (ordered if sum(len(d) + 1 for d in ordered) - 1 > max_chars else None)

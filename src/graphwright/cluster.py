@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from graphwright import ids, tables
 from graphwright.config import ClusterConfig
+from graphwright.numeric import unique
 
 
 def _igraph(n: int, edges: np.ndarray):
@@ -410,7 +411,7 @@ def _codes_by_label(labels: np.ndarray, codes: np.ndarray, count: int) -> list[n
     """For each label 0..count-1, the sorted distinct codes that come with it (label -1: none)."""
     keep = labels >= 0
     width = int(codes.max()) + 1 if len(codes) else 1
-    pairs = np.unique(labels[keep] * width + codes[keep])
+    pairs = unique(labels[keep] * width + codes[keep])
     bounds = np.searchsorted(pairs // width, np.arange(count + 1))
     return [pairs[bounds[k]:bounds[k + 1]] % width for k in range(count)]
 

@@ -398,9 +398,8 @@ def stage_resolve(run: Run) -> dict:
     key = extractor_key(run.config.extract, run.config.llm)
     with run.stage("resolve") as m:
         where = f"extractor = '{key}'"
-        mentions = store.read("mentions", columns=["name", "type", "description", "count", "chunk_id", "doc_id"], where=where)
-        assertions = store.read("assertions", columns=["source", "target", "description", "weight", "chunk_id", "doc_id"],
-                                where=where)
+        mentions, assertions = store.scanner("mentions", where=where), store.scanner("assertions", where=where)
+        n_mentions, n_assertions = store.count("mentions", where=where), store.count("assertions", where=where)
         chunks = store.read("chunks", columns=["chunk_id", "doc_id", "chunk_index"])
         docs = store.read("documents", columns=["doc_id", "source_key"])
         source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
@@ -414,9 +413,9 @@ def stage_resolve(run: Run) -> dict:
             entities, relationships = _summarize_descriptions(run, overflow, entities, relationships)
         diffs = {name: store.replace_if_changed(name, table)
                  for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
-        m.update(rows_in=mentions.num_rows + assertions.num_rows, rows_out=entities.num_rows + relationships.num_rows,
+        m.update(rows_in=n_mentions + n_assertions, rows_out=entities.num_rows + relationships.num_rows,
                  entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs,
-                 linking=linking, work_unit="mentions", work_done=mentions.num_rows, work_total=mentions.num_rows)
+                 linking=linking, work_unit="mentions", work_done=n_mentions, work_total=n_mentions)
         return diffs
 
 

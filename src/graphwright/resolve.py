@@ -25,7 +25,7 @@ orders of magnitude slower at 100k (docs/entity-resolution.md has the figures an
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from graphwright import ids, tables
 from graphwright.config import ResolveConfig
 from graphwright.names import normalize_name, resolution_key
+from graphwright.numeric import unique
 from graphwright.resolve_candidates import candidate_pairs
 from graphwright.resolve_clusters import coherent_clusters
 from graphwright.resolve_scoring import KeyProfile, PairEvidence, PairScorer
@@ -104,142 +105,287 @@ def _canonical(keys: list[str], mentioned: dict[str, int]) -> str:
     return min(keys, key=lambda k: (-mentioned[k], -len(k), k))
 
 
-def resolve(mentions: pa.Table, assertions: pa.Table, config: ResolveConfig,
+def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
             positions: dict[str, object] | None = None, overflow: dict | None = None,
             embed: Callable[[list[str]], np.ndarray] | None = None, adjudicate: Adjudicator | None = None,
             stats: dict | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """(entities, entity_aliases, relationships) from mentions and assertions. `positions` maps a
-    chunk id to its place in the corpus (e.g. (source key, chunk index)); by default the chunk id.
-    If `overflow` is a dict, rows whose descriptions exceed the budget are added to it as
-    {(table, id): (name, ordered distinct descriptions)}, for an LLM to summarize. `embed`
-    (texts -> normalized vectors) is used when config.embeddings is on; `adjudicate` decides
-    borderline pairs when config.adjudicate is on. Linking figures are added to `stats`.
+    """(entities, entity_aliases, relationships) from mentions and assertions, each a table or a
+    Scan (columns -> record batches; read twice). `positions` maps a chunk id to its place in the
+    corpus (e.g. (source key, chunk index)); by default the chunk id. If `overflow` is a dict,
+    rows whose descriptions exceed the budget are added to it as {(table, id): (name, ordered
+    distinct descriptions)}, for an LLM to summarize. `embed` (texts -> normalized vectors) is
+    used when config.embeddings is on; `adjudicate` decides borderline pairs when
+    config.adjudicate is on. Linking figures are added to `stats`.
 
-    Per-mention and per-assertion work is columnar (numpy codes and Arrow group-bys); Python
-    objects are made per name, per key, per entity and per relationship only."""
+    Rows are read in batches and kept as integer codes (names, chunks, documents, types, and a
+    64-bit hash per description); descriptions are read again at the end for the few each row
+    keeps. Python objects exist per distinct name, key, entity and relationship."""
     to_key = resolution_key if config.method == "linked" else normalize_name
-    chunk_names, rank = _chunk_order(mentions, assertions, positions or {})
-    names = _Names(to_key)
-    m_name = names.codes(mentions.column("name"))
-    a_src, a_tgt = (names.codes(assertions.column(c)) for c in ("source", "target"))
-    keys = sorted(set(names.key_of_code[np.unique(m_name)].tolist())) if len(m_name) else []
+    names, chunks, docs, types = _Dictionary(to_key), _Dictionary(), _Dictionary(), _Dictionary()
+    m = _read_codes(_as_scan(mentions), {"name": names, "type": types, "chunk_id": chunks, "doc_id": docs}, "count")
+    a = _read_codes(_as_scan(assertions), {"source": names, "target": names, "chunk_id": chunks, "doc_id": docs}, "weight")
+    chunk_names, chunk_code = chunks.sort()
+    doc_names, doc_code = docs.sort()
+    type_names, type_code = types.sort()
+    for rows in (m, a):  # recoded so that codes sort as the ids do
+        rows["chunk_id"], rows["doc_id"] = chunk_code[rows["chunk_id"]], doc_code[rows["doc_id"]]
+    m["type"] = type_code[m["type"]]
+    rank = _corpus_rank(chunk_names.to_pylist(), positions or {})
+
+    key_of_code = names.keys
+    keys = sorted(set(key_of_code[unique(m["name"])].tolist())) if len(m["name"]) else []
     key_index = {k: i for i, k in enumerate(keys)}
-    key_of_name = np.array([key_index.get(k, -1) for k in names.key_of_code.tolist()], dtype=np.int64)
-    m_key, a_src, a_tgt = key_of_name[m_name], key_of_name[a_src], key_of_name[a_tgt]
-    m_count = _numpy(mentions.column("count"), np.int64)
-    m_chunk = _codes(mentions.column("chunk_id"), chunk_names)
+    key_of_name = np.array([key_index.get(k, -1) for k in key_of_code.tolist()], dtype=np.int64)
+    m_key, a_src, a_tgt = key_of_name[m["name"]], key_of_name[a["source"]], key_of_name[a["target"]]
     # an endpoint no mention supports, or two names of one key
     a_keep = (a_src >= 0) & (a_tgt >= 0) & (a_src != a_tgt)
 
     label = {k: k for k in keys}
     accepted: dict = {}
     if config.method == "linked" and len(keys) > 1:
-        profiles = _profiles(keys, m_key, m_count, mentions, m_chunk, a_src[a_keep], a_tgt[a_keep])
+        profiles = _profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"],
+                             a_src[a_keep], a_tgt[a_keep])
         if config.embeddings or config.adjudicate:  # a text per name, for the embedding or the LLM
-            best = _best_names(m_key, m_name, m_count, len(keys), names.names)
-            first = _descriptions(m_key, mentions.column("description"), rank[m_chunk], len(keys), 1, False)[0]
+            best = _best_names(m_key, m["name"], m["count"], len(keys), names.values)
+            plan = _DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
+            first = plan.merge(_fetch_texts(_as_scan(mentions), plan.needed()), cut=False)
             for i, k in enumerate(keys):
-                profiles[k].text = f"{best[i]}: {first[i]}"[:300]
+                profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
         label, accepted, link_stats = link_keys(profiles, config, embed if config.embeddings else None,
                                                 adjudicate if config.adjudicate else None)
         if stats is not None:
             stats.update(link_stats)
-    key_mentions = np.bincount(m_key, weights=m_count, minlength=len(keys)).astype(np.int64)
+    mentioned = dict(zip(keys, np.bincount(m_key, weights=m["count"], minlength=len(keys)).astype(np.int64).tolist()))
     members: dict[str, list[str]] = {}
     for k in keys:
         members.setdefault(label[k], []).append(k)
-    mentioned = dict(zip(keys, key_mentions.tolist()))
     canonical = {}
     for ks in members.values():
         c = _canonical(ks, mentioned)
         canonical.update({k: c for k in ks})
 
-    # entities in canonical-key order; relationship endpoints ordered by entity id
+    # entities in canonical-key order; a relationship's endpoints ordered by entity id
     entity_keys = sorted(set(canonical.values()))
     entity_ids = [ids.entity_id(c) for c in entity_keys]
+    n_entities = len(entity_keys)
     position = {c: i for i, c in enumerate(entity_keys)}
     entity_of_key = np.array([position[canonical[k]] for k in keys], dtype=np.int64)
-    id_rank = np.empty(len(entity_ids), dtype=np.int64)
-    id_rank[np.argsort(np.array(entity_ids, dtype=object), kind="stable")] = np.arange(len(entity_ids))
-    n_entities = len(entity_keys)
-
+    id_rank = np.empty(n_entities, dtype=np.int64)
+    id_rank[np.argsort(np.array(entity_ids, dtype=object), kind="stable")] = np.arange(n_entities)
     m_entity = entity_of_key[m_key]
-    entity_names = _best_names(m_entity, m_name, m_count, n_entities, names.names)
-    ent_desc, ent_over = _descriptions(m_entity, mentions.column("description"), rank[m_chunk], n_entities,
-                                       config.description_max_chars, overflow is not None)
+    entity_names = _best_names(m_entity, m["name"], m["count"], n_entities, names.values)
 
-    # relationships: (lower, higher) entity by id, as one code per pair
-    ea, eb = entity_of_key[a_src[a_keep]], entity_of_key[a_tgt[a_keep]]
-    differ = ea != eb  # two names of one entity
-    keep_rows = np.flatnonzero(a_keep)[differ]
-    ea, eb = ea[differ], eb[differ]
-    swap = id_rank[ea] > id_rank[eb]
-    lo, hi = np.where(swap, eb, ea), np.where(swap, ea, eb)
-    pair_code = id_rank[lo] * max(n_entities, 1) + id_rank[hi]
-    pairs, a_pair = np.unique(pair_code, return_inverse=True)
-    a_pair = a_pair.reshape(-1)
+    rows = np.flatnonzero(a_keep)
+    ea, eb = entity_of_key[a_src[rows]], entity_of_key[a_tgt[rows]]
+    rows, ea, eb = rows[ea != eb], ea[ea != eb], eb[ea != eb]  # two names of one entity support no relationship
+    width = max(n_entities, 1)
+    lo, hi = np.minimum(id_rank[ea], id_rank[eb]), np.maximum(id_rank[ea], id_rank[eb])
+    pairs, a_pair = np.unique(lo * width + hi, return_inverse=True)
     by_rank = np.argsort(id_rank)  # entity index of each id rank
-    rel_lo, rel_hi = by_rank[pairs // max(n_entities, 1)], by_rank[pairs % max(n_entities, 1)]
-    a_chunk = _codes(assertions.column("chunk_id"), chunk_names)
-    rel_weight = np.bincount(a_pair, weights=_numpy(assertions.column("weight"), np.float64)[keep_rows], minlength=len(pairs))
-    pair_of_row = np.full(assertions.num_rows, -1, dtype=np.int64)  # -1: the row supports no relationship
-    pair_of_row[keep_rows] = a_pair
-    rel_desc, rel_over = _descriptions(pair_of_row, assertions.column("description"), rank[a_chunk],
-                                       len(pairs), config.description_max_chars, overflow is not None)
-    a_chunk = a_chunk[keep_rows]
-    a_doc, doc_names = _sorted_codes(assertions.column("doc_id"))
-    degree = np.bincount(np.concatenate([rel_lo, rel_hi]), minlength=n_entities)
+    rel_lo, rel_hi = by_rank[pairs // width], by_rank[pairs % width]
+    pair_of_row = np.full(len(a_src), -1, dtype=np.int64)  # -1: the row supports no relationship
+    pair_of_row[rows] = a_pair.reshape(-1)
 
-    entities = _entity_table(entity_keys, entity_ids, entity_names, ent_desc, m_entity, m_count, mentions, m_chunk,
-                             chunk_names, degree)
-    rel_ids = [ids.relationship_id(entity_ids[a], entity_ids[b]) for a, b in zip(rel_lo.tolist(), rel_hi.tolist())]
+    limit, want = config.description_max_chars, overflow is not None
+    ent_plan = _DescriptionPlan(m_entity, m["description"], m["length"], rank[m["chunk_id"]], n_entities, limit, want)
+    rel_plan = _DescriptionPlan(pair_of_row, a["description"], a["length"], rank[a["chunk_id"]], len(pairs), limit, want)
+    ent_texts = _fetch_texts(_as_scan(mentions), ent_plan.needed())
+    rel_texts = _fetch_texts(_as_scan(assertions), rel_plan.needed())
+
+    entities = pa.table({
+        "entity_id": pa.array(entity_ids, pa.string()),
+        "canonical_key": pa.array(entity_keys, pa.string()),
+        "name": pa.array(entity_names, pa.string()),
+        **_types(m_entity, m["type"], m["count"], type_names.to_pylist(), n_entities),
+        "description": ent_plan.merge(ent_texts),
+        "mention_count": pa.array(np.bincount(m_entity, weights=m["count"], minlength=n_entities).astype(np.int64)),
+        "degree": pa.array(np.bincount(np.concatenate([rel_lo, rel_hi]), minlength=n_entities).astype(np.int64)),
+        "chunk_ids": _distinct_lists(m_entity, m["chunk_id"], chunk_names, n_entities),
+        "doc_ids": _distinct_lists(m_entity, m["doc_id"], doc_names, n_entities),
+    })
+    rel_ids = [ids.relationship_id(entity_ids[x], entity_ids[y]) for x, y in zip(rel_lo.tolist(), rel_hi.tolist())]
     relationships = pa.table({
         "relationship_id": pa.array(rel_ids, pa.string()),
-        "source_id": pa.array([entity_ids[a] for a in rel_lo.tolist()], pa.string()),
-        "target_id": pa.array([entity_ids[b] for b in rel_hi.tolist()], pa.string()),
-        "source": pa.array([entity_names[a] for a in rel_lo.tolist()], pa.string()),
-        "target": pa.array([entity_names[b] for b in rel_hi.tolist()], pa.string()),
-        "description": rel_desc,
-        "weight": pa.array(rel_weight, pa.float64()),
-        "chunk_ids": _distinct_lists(a_pair, a_chunk, chunk_names, len(pairs)),
-        "doc_ids": _distinct_lists(a_pair, a_doc[keep_rows], doc_names, len(pairs)),
+        "source_id": pa.array([entity_ids[x] for x in rel_lo.tolist()], pa.string()),
+        "target_id": pa.array([entity_ids[y] for y in rel_hi.tolist()], pa.string()),
+        "source": pa.array([entity_names[x] for x in rel_lo.tolist()], pa.string()),
+        "target": pa.array([entity_names[y] for y in rel_hi.tolist()], pa.string()),
+        "description": rel_plan.merge(rel_texts),
+        "weight": pa.array(np.bincount(pair_of_row[rows], weights=a["weight"][rows], minlength=len(pairs)), pa.float64()),
+        "chunk_ids": _distinct_lists(pair_of_row[rows], a["chunk_id"][rows], chunk_names, len(pairs)),
+        "doc_ids": _distinct_lists(pair_of_row[rows], a["doc_id"][rows], doc_names, len(pairs)),
     })
     if overflow is not None:
-        for i, ordered in ent_over.items():
+        for i, ordered in ent_plan.overflow(ent_texts).items():
             overflow[("entities", entity_ids[i])] = (entity_names[i], ordered)
-        for i, ordered in rel_over.items():
-            a, b = int(rel_lo[i]), int(rel_hi[i])
-            overflow[("relationships", rel_ids[i])] = (f"{entity_names[a]} and {entity_names[b]}", ordered)
+        for i, ordered in rel_plan.overflow(rel_texts).items():
+            x, y = int(rel_lo[i]), int(rel_hi[i])
+            overflow[("relationships", rel_ids[i])] = (f"{entity_names[x]} and {entity_names[y]}", ordered)
 
-    aliases = _alias_table(names, m_name, m_count, keys, canonical, accepted, entity_ids, entity_of_key)
+    aliases = _alias_table(names, m["name"], m["count"], keys, canonical, accepted, entity_ids, entity_of_key)
     return tuple(t.select(tables.schema(name).arrow.names).cast(tables.schema(name).arrow)
                  for t, name in ((entities, "entities"), (aliases, "entity_aliases"), (relationships, "relationships")))
 
 
-class _Names:
-    """Distinct names across columns, each normalized to its key once."""
+Scan = Callable[[list[str]], Iterable[pa.RecordBatch]]
+BATCH_ROWS = 65_536
 
-    def __init__(self, to_key: Callable[[str], str]):
-        self.to_key = to_key
-        self.names: list[str] = []
-        self.code: dict[str, int] = {}
+
+def _as_scan(rows: pa.Table | Scan) -> Scan:
+    if isinstance(rows, pa.Table):
+        return lambda columns: rows.select(columns).to_batches(max_chunksize=BATCH_ROWS)
+    return rows
+
+
+class _Dictionary:
+    """Distinct strings met across batches, coded in the order they were first seen; with `key`,
+    each one's key is computed once."""
+
+    def __init__(self, key: Callable[[str], str] | None = None):
+        self.key = key
+        self.values: list[str] = []
         self._keys: list[str] = []
+        self.code: dict[str, int] = {}
 
     @property
-    def key_of_code(self) -> np.ndarray:
+    def keys(self) -> np.ndarray:
         return np.array(self._keys, dtype=object)
 
-    def codes(self, column: pa.ChunkedArray) -> np.ndarray:
-        """The name code of every row (Arrow dictionary encoding: Python sees distinct names only)."""
-        encoded = column.combine_chunks().dictionary_encode() if len(column) else pa.array([], pa.string()).dictionary_encode()
+    def codes(self, column: pa.Array) -> np.ndarray:
+        """The code of every row (Arrow dictionary encoding: Python sees each batch's distinct values)."""
+        encoded = column.dictionary_encode()
         local = []
-        for name in encoded.dictionary.to_pylist():
-            if name not in self.code:
-                self.code[name] = len(self.names)
-                self.names.append(name)
-                self._keys.append(self.to_key(name))
-            local.append(self.code[name])
+        for value in encoded.dictionary.to_pylist():
+            code = self.code.get(value)
+            if code is None:
+                code = self.code[value] = len(self.values)
+                self.values.append(value)
+                if self.key is not None:
+                    self._keys.append(self.key(value))
+            local.append(code)
         return np.asarray(local, dtype=np.int64)[_numpy(encoded.indices, np.int64)] if len(column) else np.empty(0, np.int64)
+
+    def sort(self) -> tuple[pa.Array, np.ndarray]:
+        """(the values in sorted order, the sorted position of each code): recoded, codes sort as the values do."""
+        order = np.argsort(np.array(self.values, dtype=object), kind="stable") if self.values else np.empty(0, np.int64)
+        position = np.empty(len(order), dtype=np.int32)
+        position[order] = np.arange(len(order), dtype=np.int32)
+        return pa.array([self.values[i] for i in order.tolist()], pa.string()), position
+
+
+def _read_codes(scan: Scan, coded: dict[str, _Dictionary], number: str) -> dict[str, np.ndarray]:
+    """One pass over a table: per row, the code of each `coded` column (int32), the `number`
+    column, and the hash and length of its description. About 36 bytes a row."""
+    dtypes = {**dict.fromkeys(coded, np.int32), number: np.float64 if number == "weight" else np.int32,
+              "description": np.int64, "length": np.int32}
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in dtypes}
+    for batch in scan([*coded, number, "description"]):
+        for column, dictionary in coded.items():
+            parts[column].append(dictionary.codes(batch.column(column)).astype(np.int32))
+        # a copy: a zero-copy view would keep the whole imported batch alive, descriptions included
+        parts[number].append(np.array(_numpy(batch.column(number), dtypes[number]), copy=True))
+        hashes, lengths = _description_hashes(batch.column("description"))
+        parts["description"].append(hashes)
+        parts["length"].append(lengths.astype(np.int32))
+    return {c: np.concatenate(parts.pop(c)) if parts[c] else np.empty(0, dtype) for c, dtype in dtypes.items()}
+
+
+def _description_hashes(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(64-bit hash, length in characters) per row; length 0 for a missing or empty description.
+    Two distinct descriptions of one entity sharing a hash would merge (p ~ n^2 / 2^64)."""
+    encoded = column.dictionary_encode()
+    if not len(encoded.dictionary):
+        return np.zeros(len(column), np.int64), np.zeros(len(column), np.int64)
+    hashes = np.array([hash(t) for t in encoded.dictionary.to_pylist()], dtype=np.int64)
+    lengths = _numpy(pc.utf8_length(encoded.dictionary), np.int64)
+    index = _numpy(pc.fill_null(encoded.indices, -1), np.int64)
+    present = index >= 0
+    index[~present] = 0
+    return np.where(present, hashes[index], 0), np.where(present, lengths[index], 0)
+
+
+def _fetch_texts(scan: Scan, wanted: np.ndarray) -> dict[int, str]:
+    """The description with each hash in `wanted` (a second pass, keeping only those)."""
+    texts: dict[int, str] = {}
+    if not len(wanted):
+        return texts
+    wanted = unique(wanted)
+    for batch in scan(["description"]):
+        encoded = batch.column("description").dictionary_encode()
+        distinct = encoded.dictionary.to_pylist()
+        hashes = np.array([hash(t) for t in distinct], dtype=np.int64)
+        found = wanted[np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)] == hashes  # (np.isin re-sorts `wanted` per batch)
+        for i in np.flatnonzero(found).tolist():
+            texts.setdefault(int(hashes[i]), distinct[i])
+    return texts
+
+
+class _DescriptionPlan:
+    """merge_descriptions for every group at once, from (group, description hash, length, rank)
+    per row: distinct descriptions ordered by mentions, then earliest rank, then text, and
+    kept while they fit `max_chars`. The order is computed on hashes; only the descriptions that
+    can be kept (and those tied with the last kept one, whose text decides the order) are read."""
+
+    def __init__(self, group: np.ndarray, hashes: np.ndarray, lengths: np.ndarray, rank: np.ndarray, n_groups: int,
+                 max_chars: int, want_overflow: bool):
+        self.n_groups, self.max_chars = n_groups, max_chars
+        present = (group >= 0) & (lengths > 0)  # group -1: a row no group takes
+        g, h, r = group[present], hashes[present], rank[present]
+        order = np.lexsort((h, g))
+        g, h, r, length = g[order], h[order], r[order], lengths[present][order].astype(np.int64)
+        firsts = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (h[1:] != h[:-1])]) if len(g) else np.empty(0, np.int64)
+        count = np.diff(np.r_[firsts, len(g)])
+        earliest = np.minimum.reduceat(r, firsts) if len(g) else firsts
+        g, h, length = g[firsts], h[firsts], length[firsts]
+        order = np.lexsort((h, earliest, -count, g))
+        self.g, self.h, self.count, self.earliest = g[order], h[order], count[order], earliest[order]
+        cost = length[order] + 1
+        self.start = np.searchsorted(self.g, np.arange(n_groups + 1))
+        spent = np.cumsum(cost)
+        before = np.r_[0, spent][self.start[:-1]]
+        within = spent - before[self.g] if len(self.g) else spent
+        keep = (within <= max_chars) | (np.arange(len(self.g)) == self.start[self.g])
+        # a tie on (mentions, earliest) is broken by the text: read every description tied with
+        # a group's last kept one (a kept prefix never reaches past that tie)
+        new_tie = np.r_[True, (self.g[1:] != self.g[:-1]) | (self.count[1:] != self.count[:-1])
+                        | (self.earliest[1:] != self.earliest[:-1])] if len(self.g) else np.empty(0, bool)
+        tie = np.cumsum(new_tie) - 1
+        last_kept = np.full(n_groups, -1, dtype=np.int64)
+        np.maximum.at(last_kept, self.g[keep], tie[keep])
+        self.candidate = tie <= last_kept[self.g]
+        totals = spent[self.start[1:] - 1] - before - 1 if len(self.g) else np.zeros(n_groups, np.int64)
+        self.over = np.flatnonzero((self.start[1:] > self.start[:-1]) & (totals > max_chars)) if want_overflow else np.empty(0, np.int64)
+        self.candidate |= np.isin(self.g, self.over)
+
+    def needed(self) -> np.ndarray:
+        return self.h[self.candidate]
+
+    def _ordered(self, texts: dict[int, str], rows: np.ndarray) -> pa.Table:
+        """The given rows with their texts, in exact order (group, -mentions, earliest, text)."""
+        return pa.table({"g": self.g[rows], "c": -self.count[rows], "e": self.earliest[rows],
+                         "d": pa.array([texts[h] for h in self.h[rows].tolist()], pa.string())}).sort_by(
+            [("g", "ascending"), ("c", "ascending"), ("e", "ascending"), ("d", "ascending")])
+
+    def merge(self, texts: dict[int, str], cut: bool = True) -> pa.Array:
+        """Per group, its kept descriptions joined by spaces (and cut to max_chars)."""
+        rows = self._ordered(texts, np.flatnonzero(self.candidate))
+        g = _numpy(rows.column("g"), np.int64)
+        start = np.searchsorted(g, np.arange(self.n_groups + 1))
+        spent = np.cumsum(_numpy(pc.utf8_length(rows.column("d")), np.int64) + 1)
+        within = spent - np.r_[0, spent][start[:-1]][g] if len(g) else spent
+        keep = (within <= self.max_chars) | (np.arange(len(g)) == start[g])
+        offsets = np.r_[0, np.cumsum(np.bincount(g[keep], minlength=self.n_groups))]
+        kept = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), rows.column("d").filter(pa.array(keep)).combine_chunks())
+        joined = pc.binary_join(kept, " ")
+        return pc.utf8_slice_codeunits(joined, 0, self.max_chars) if cut else joined
+
+    def overflow(self, texts: dict[int, str]) -> dict[int, list[str]]:
+        """The ordered descriptions of each group over the budget."""
+        rows = self._ordered(texts, np.flatnonzero(np.isin(self.g, self.over)))
+        out: dict[int, list[str]] = {}
+        for g, d in zip(rows.column("g").to_pylist(), rows.column("d").to_pylist()):
+            out.setdefault(g, []).append(d)
+        return out
 
 
 def _numpy(column, dtype) -> np.ndarray:
@@ -247,26 +393,13 @@ def _numpy(column, dtype) -> np.ndarray:
     return np.asarray(array.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def _sorted_codes(column) -> tuple[np.ndarray, pa.Array]:
-    """(code per row, distinct values in sorted order): codes sort as the strings do."""
-    distinct = pc.unique(column)
-    distinct = distinct.take(pc.sort_indices(distinct))
-    return _numpy(pc.index_in(column, value_set=distinct), np.int64), distinct
-
-
-def _codes(column, distinct: pa.Array) -> np.ndarray:
-    return _numpy(pc.index_in(column, value_set=distinct), np.int64)
-
-
-def _chunk_order(mentions: pa.Table, assertions: pa.Table, positions: dict) -> tuple[pa.Array, np.ndarray]:
-    """(distinct chunk ids, sorted; each one's rank in corpus order: by `positions`, else by id)."""
-    chunk_names = _sorted_codes(pa.chunked_array(mentions.column("chunk_id").chunks + assertions.column("chunk_id").chunks,
-                                                 pa.string()))[1]
-    names = chunk_names.to_pylist()
-    order = sorted(range(len(names)), key=lambda i: (0, positions[names[i]]) if names[i] in positions else (1, names[i]))
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[order] = np.arange(len(names))
-    return chunk_names, rank
+def _corpus_rank(chunk_names: list[str], positions: dict) -> np.ndarray:
+    """Each chunk's rank in corpus order: by `positions`, else by id."""
+    order = sorted(range(len(chunk_names)),
+                   key=lambda i: (0, positions[chunk_names[i]]) if chunk_names[i] in positions else (1, chunk_names[i]))
+    rank = np.empty(len(chunk_names), dtype=np.int64)
+    rank[order] = np.arange(len(chunk_names))
+    return rank
 
 
 def _group_sums(group: np.ndarray, code: np.ndarray, weights: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -275,28 +408,26 @@ def _group_sums(group: np.ndarray, code: np.ndarray, weights: np.ndarray, width:
     return pairs // width, pairs % width, np.bincount(inverse.reshape(-1), weights=weights, minlength=len(pairs))
 
 
-def _profiles(keys: list[str], m_key, m_count, mentions: pa.Table, m_chunk, src, tgt) -> dict[str, KeyProfile]:
+def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt) -> dict[str, KeyProfile]:
     """What linking knows of each key: mentions, types, chunks (as codes) and related keys."""
-    type_code, type_names = _sorted_codes(mentions.column("type"))
-    type_names = type_names.to_pylist()
     profiles = {k: KeyProfile(k) for k in keys}
     for k, n in zip(keys, np.bincount(m_key, weights=m_count, minlength=len(keys)).astype(np.int64).tolist()):
         profiles[k].mentions = n
-    for k, t, n in zip(*(a.tolist() for a in _group_sums(m_key, type_code, m_count, len(type_names)))):
+    for k, t, n in zip(*(x.tolist() for x in _group_sums(m_key, m_type, m_count, max(len(type_names), 1)))):
         profiles[keys[k]].types[type_names[t]] = int(n)
     width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
-    pairs = np.unique(m_key * width + m_chunk)
+    pairs = unique(m_key * width + m_chunk)
     for k, c in zip((pairs // width).tolist(), (pairs % width).tolist()):
         profiles[keys[k]].chunks.add(c)
-    linked = np.unique(np.concatenate([src * len(keys) + tgt, tgt * len(keys) + src]))
-    for a, b in zip((linked // len(keys)).tolist(), (linked % len(keys)).tolist()):
-        profiles[keys[a]].neighbours.add(keys[b])
+    linked = unique(np.concatenate([src * len(keys) + tgt, tgt * len(keys) + src]))
+    for x, y in zip((linked // len(keys)).tolist(), (linked % len(keys)).tolist()):
+        profiles[keys[x]].neighbours.add(keys[y])
     return profiles
 
 
 def _best_names(group: np.ndarray, name_code: np.ndarray, count: np.ndarray, n_groups: int, names: list[str]) -> list[str]:
     """Per group, its most mentioned name (then the longest, then the first in order)."""
-    g, code, total = _group_sums(group, name_code, count, len(names))
+    g, code, total = _group_sums(group, name_code, count, max(len(names), 1))
     name_rank = np.empty(len(names), dtype=np.int64)
     name_rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
     lengths = np.array([len(n) for n in names], dtype=np.int64)
@@ -308,82 +439,24 @@ def _best_names(group: np.ndarray, name_code: np.ndarray, count: np.ndarray, n_g
     return best
 
 
-def _descriptions(group: np.ndarray, column, rank: np.ndarray, n_groups: int, max_chars: int,
-                  want_overflow: bool) -> tuple[pa.Array, dict[int, list[str]]]:
-    """Per group, merge_descriptions of its (rank, description) rows; and, if `want_overflow`, the
-    ordered descriptions of each group that exceeds `max_chars`. Descriptions are dictionary
-    codes here (Arrow's group_by on the strings took three times the memory)."""
-    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    encoded = column.dictionary_encode()
-    texts = encoded.dictionary
-    lengths = _numpy(pc.utf8_length(texts), np.int64)
-    code = _numpy(pc.fill_null(encoded.indices, -1), np.int64)
-    present = (code >= 0) & (group >= 0)  # group -1: a row no group takes
-    present[present] = lengths[code[present]] > 0
-    g, d, r = group[present], code[present], rank[present]
-    by_pair = np.argsort(g * len(texts) + d, kind="stable")
-    pair = (g * len(texts) + d)[by_pair]
-    firsts = np.flatnonzero(np.r_[True, pair[1:] != pair[:-1]]) if len(pair) else np.empty(0, np.int64)
-    mentions = np.diff(np.r_[firsts, len(pair)])
-    earliest = np.minimum.reduceat(r[by_pair], firsts) if len(pair) else firsts
-    g, d = pair[firsts] // max(len(texts), 1), pair[firsts] % max(len(texts), 1)
-    text_rank = np.empty(len(texts), dtype=np.int64)
-    text_rank[_numpy(pc.sort_indices(texts), np.int64)] = np.arange(len(texts))
-    order = np.lexsort((text_rank[d], earliest, -mentions, g))  # most frequent, then earliest, then by text
-    g, d = g[order], d[order]
-    cost = lengths[d] + 1
-    start = np.searchsorted(g, np.arange(n_groups + 1))
-    spent = np.cumsum(cost)
-    before = np.r_[0, spent][start[:-1]]  # what the earlier groups spent
-    within = spent - before[g] if len(g) else spent
-    keep = (within <= max_chars) | (np.arange(len(g)) == start[g])  # a prefix of each group, never empty
-    offsets = np.r_[0, np.cumsum(np.bincount(g[keep], minlength=n_groups))]
-    kept = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), texts.take(pa.array(d[keep], pa.int64())))
-    merged = pc.utf8_slice_codeunits(pc.binary_join(kept, " "), 0, max_chars)
-    over = {}
-    if want_overflow and len(g):
-        totals = spent[start[1:] - 1] - before - 1
-        over_groups = np.flatnonzero((start[1:] > start[:-1]) & (totals > max_chars))
-        rows = np.flatnonzero(np.isin(g, over_groups))  # only those groups' texts become Python strings
-        ordered = iter(texts.take(pa.array(d[rows], pa.int64())).to_pylist())
-        for i in over_groups.tolist():
-            over[i] = [next(ordered) for _ in range(start[i + 1] - start[i])]
-    return merged, over
+def _types(m_entity, m_type, m_count, type_names: list[str], n: int) -> dict[str, pa.Array]:
+    """Each entity's types, most mentioned first ('ENTITY', the extractor's default, last among equals)."""
+    types: list[list[tuple]] = [[] for _ in range(n)]
+    for e, t, c in zip(*(x.tolist() for x in _group_sums(m_entity, m_type, m_count, max(len(type_names), 1)))):
+        types[e].append((-c, type_names[t] == "ENTITY", type_names[t]))
+    ordered = [[t for *_, t in sorted(ts)] for ts in types]
+    return {"type": pa.array([ts[0] for ts in ordered], pa.string()), "types": pa.array(ordered, pa.list_(pa.string()))}
 
 
 def _distinct_lists(group: np.ndarray, codes: np.ndarray, values: pa.Array, n_groups: int) -> pa.Array:
     """Per group, its distinct values in sorted order (codes sort as the values do)."""
     width = len(values) or 1
-    pairs = np.unique(group * width + codes)
+    pairs = unique(group * width + codes)
     offsets = np.searchsorted(pairs // width, np.arange(n_groups + 1))
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(pairs % width)))
 
 
-def _entity_table(entity_keys, entity_ids, entity_names, descriptions, m_entity, m_count, mentions: pa.Table, m_chunk,
-                  chunk_names, degree) -> pa.Table:
-    n = len(entity_keys)
-    type_code, type_names = _sorted_codes(mentions.column("type"))
-    type_names = type_names.to_pylist()
-    types: list[list[tuple]] = [[] for _ in range(n)]
-    for e, t, c in zip(*(a.tolist() for a in _group_sums(m_entity, type_code, m_count, len(type_names)))):
-        types[e].append((-c, type_names[t] == "ENTITY", type_names[t]))
-    ordered = [[t for *_, t in sorted(ts)] for ts in types]
-    doc_code, doc_names = _sorted_codes(mentions.column("doc_id"))
-    return pa.table({
-        "entity_id": pa.array(entity_ids, pa.string()),
-        "canonical_key": pa.array(entity_keys, pa.string()),
-        "name": pa.array(entity_names, pa.string()),
-        "type": pa.array([ts[0] for ts in ordered], pa.string()),
-        "types": pa.array(ordered, pa.list_(pa.string())),
-        "description": descriptions,
-        "mention_count": pa.array(np.bincount(m_entity, weights=m_count, minlength=n).astype(np.int64)),
-        "degree": pa.array(degree.astype(np.int64)),
-        "chunk_ids": _distinct_lists(m_entity, m_chunk, chunk_names, n),
-        "doc_ids": _distinct_lists(m_entity, doc_code, doc_names, n),
-    })
-
-
-def _alias_table(names: _Names, m_name, m_count, keys, canonical, accepted, entity_ids, entity_of_key) -> pa.Table:
+def _alias_table(names: _Dictionary, m_name, m_count, keys, canonical, accepted, entity_ids, entity_of_key) -> pa.Table:
     """One row per mentioned name: its entity and how its key joined the entity's cluster."""
     best: dict[str, tuple] = {}  # key -> its best accepted pair inside its cluster
     for (a, b), (e, how) in accepted.items():
@@ -401,11 +474,11 @@ def _alias_table(names: _Names, m_name, m_count, keys, canonical, accepted, enti
         return how, f"normalizes to {key!r}; merged into {c!r} via {other!r} ({e.describe()})"
 
     key_index = {k: i for i, k in enumerate(keys)}
-    counts = np.bincount(m_name, weights=m_count, minlength=len(names.names)).astype(np.int64)
+    counts = np.bincount(m_name, weights=m_count, minlength=len(names.values)).astype(np.int64)
     rows = []
-    for code in sorted(np.unique(m_name).tolist(), key=lambda c: names.names[c]):
-        key = names.to_key(names.names[code])
+    for code in sorted(unique(m_name).tolist(), key=lambda c: names.values[c]):
+        key = names.key(names.values[code])
         how, why = merge_evidence(key)
-        rows.append({"alias": names.names[code], "entity_id": entity_ids[entity_of_key[key_index[key]]], "method": how,
+        rows.append({"alias": names.values[code], "entity_id": entity_ids[entity_of_key[key_index[key]]], "method": how,
                      "evidence": why, "mention_count": int(counts[code])})
     return pa.Table.from_pylist(rows, schema=tables.schema("entity_aliases").arrow)

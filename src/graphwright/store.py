@@ -9,7 +9,7 @@ into a failure; QueryBuilder reads did not in our trials.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -126,24 +126,43 @@ class IndexStore:
         where: str | None = None,
     ) -> pa.Table:
         """Rows of a table (at a Delta version), cast to its contract. Missing table = empty."""
+        schema, query = self._query(name, self._table(name, version), columns, where)
+        if query is None:
+            return schema.empty_table()
+        return pa.table(query.read_all()).cast(schema)
+
+    def scanner(self, name: str, *, where: str | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
+        """A function from columns to the table's rows as record batches (DataFusion streams them:
+        the table is never whole in memory). Every call reads the version current when the
+        scanner was made."""
+        dt = self._table(name)
+
+        def scan(columns: list[str]) -> Iterator[pa.RecordBatch]:
+            schema, query = self._query(name, dt, columns, where)
+            for batch in query or ():
+                yield pa.record_batch(batch).cast(schema)
+
+        return scan
+
+    def _query(self, name: str, dt: DeltaTable | None, columns: list[str] | None, where: str | None):
+        """(the contract's schema for `columns`, a DataFusion batch reader or None if no table)."""
         schema = tables.schema(name).arrow
         if columns:
             schema = pa.schema([schema.field(c) for c in columns])
-        dt = self._table(name, version)
         if dt is None:
-            return schema.empty_table()
+            return schema, None
         # a version written under an older contract lacks the columns added since: read them as nulls
         absent = {f.name for f in _missing_fields(name, dt)}
         select = ", ".join(f'NULL AS "{c}"' if c in absent else f'"{c}"' for c in schema.names)
         sql = f"SELECT {select} FROM t" + (f" WHERE {where}" if where else "")
-        result = pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
-        return result.cast(schema)
+        return schema, QueryBuilder().register("t", dt).execute(sql)
 
-    def count(self, name: str, version: int | None = None) -> int:
+    def count(self, name: str, version: int | None = None, where: str | None = None) -> int:
         dt = self._table(name, version)
         if dt is None:
             return 0
-        result = pa.table(QueryBuilder().register("t", dt).execute("SELECT count(*) AS n FROM t").read_all())
+        sql = "SELECT count(*) AS n FROM t" + (f" WHERE {where}" if where else "")
+        result = pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
         return int(result.column("n")[0].as_py())
 
     def _writing(self, name: str) -> None:
