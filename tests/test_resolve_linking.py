@@ -5,6 +5,7 @@ import random
 
 import numpy as np
 import pytest
+from _helpers import assertions_table, mentions_table
 
 from graphwright import ids
 from graphwright.config import ResolveConfig
@@ -12,8 +13,13 @@ from graphwright.names import resolution_key
 from graphwright.neighbours import neighbours, ngram_vectors
 from graphwright.resolve import resolve
 from graphwright.resolve_adjudicate import adjudicate, parse_verdict
-from graphwright.resolve_scoring import contained, name_score, spelling_score
-from _helpers import assertions_table, mentions_table
+from graphwright.resolve_scoring import (
+    CodeSet,
+    contained,
+    name_score,
+    overlap,
+    spelling_score,
+)
 
 LINKED = ResolveConfig()
 
@@ -228,3 +234,11 @@ def test_pipeline_update_undoes_and_redoes_merges_like_a_fresh_build(tmp_path):
     run_index([str(src)], tmp_path / "fresh", config, show_progress=False, log=quiet)
     assert IndexStore(tmp_path / "idx").read("entity_aliases").sort_by("alias").equals(
         IndexStore(tmp_path / "fresh").read("entity_aliases").sort_by("alias"))
+
+
+def test_code_sets_overlap_like_python_sets():
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        x, y = (np.unique(rng.integers(0, 30, rng.integers(0, 12))).astype(np.int32) for _ in range(2))
+        assert overlap(CodeSet(x), CodeSet(y)) == overlap(set(x.tolist()), set(y.tolist()))
+        assert all((int(v) in CodeSet(x)) == (int(v) in set(x.tolist())) for v in range(30))

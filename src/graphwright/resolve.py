@@ -37,7 +37,7 @@ from graphwright.names import normalize_name, resolution_key
 from graphwright.numeric import unique
 from graphwright.resolve_candidates import candidate_pairs
 from graphwright.resolve_clusters import coherent_clusters
-from graphwright.resolve_scoring import KeyProfile, PairEvidence, PairScorer
+from graphwright.resolve_scoring import CodeSet, KeyProfile, PairEvidence, PairScorer
 
 
 def ordered_descriptions(descriptions: list[tuple[object, str]]) -> list[str]:
@@ -417,8 +417,10 @@ def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_
         profiles[keys[k]].types[type_names[t]] = int(n)
     width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
     pairs = unique(m_key * width + m_chunk)
-    for k, c in zip((pairs // width).tolist(), (pairs % width).tolist()):
-        profiles[keys[k]].chunks.add(c)
+    chunk_codes = (pairs % width).astype(np.int32)  # one array; each key's chunks are a slice of it
+    bounds = np.searchsorted(pairs // width, np.arange(len(keys) + 1)).tolist()
+    for i, k in enumerate(keys):
+        profiles[k].chunks = CodeSet(chunk_codes[bounds[i]:bounds[i + 1]])
     linked = unique(np.concatenate([src * len(keys) + tgt, tgt * len(keys) + src]))
     for x, y in zip((linked // len(keys)).tolist(), (linked % len(keys)).tolist()):
         profiles[keys[x]].neighbours.add(keys[y])

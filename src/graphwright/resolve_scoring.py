@@ -30,12 +30,36 @@ CONTAINED = 0.9  # name score of a full token containment
 UNTYPED = {"", "ENTITY", "UNKNOWN", "OTHER"}
 
 
+class CodeSet:
+    """A set of integer codes held as a sorted numpy array (typically a slice of one shared
+    array): what `overlap` needs (len, &, in) at 4 bytes an item instead of a Python set's ~60."""
+
+    __slots__ = ("codes",)
+
+    def __init__(self, codes: np.ndarray):
+        self.codes = codes
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __contains__(self, item) -> bool:
+        i = int(np.searchsorted(self.codes, item))
+        return i < len(self.codes) and self.codes[i] == item
+
+    def __and__(self, other: CodeSet) -> np.ndarray:
+        small, big = (self.codes, other.codes) if len(self.codes) <= len(other.codes) else (other.codes, self.codes)
+        if not len(big):
+            return big
+        at = np.minimum(np.searchsorted(big, small), len(big) - 1)
+        return small[big[at] == small]
+
+
 @dataclass
 class KeyProfile:
     key: str
     mentions: int = 0
     types: dict = field(default_factory=dict)  # type -> mentions
-    chunks: set = field(default_factory=set)
+    chunks: set | CodeSet = field(default_factory=set)
     neighbours: set = field(default_factory=set)  # related keys
     text: str = ""  # name and description, for the embedding
 
