@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright import ids, tables
 from graphwright.config import ClusterConfig
-from graphwright.numeric import unique
+from graphwright.numeric import sorted_codes, unique
 
 
 def _igraph(n: int, edges: np.ndarray):
@@ -344,7 +345,6 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     `workers` processes, whose CPU seconds go to usage["worker_cpu_s"])."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
-    rel_ids = relationships.column("relationship_id").to_pylist()
     src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
     edges = np.column_stack([src, tgt])
     weights = np.asarray(relationships.column("weight").to_pylist(), dtype=np.float64)
@@ -355,52 +355,55 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial, workers, usage)
 
     # relationship and chunk ids as codes in sorted order, so that each community's sorted
-    # distinct ids come from one numpy pass per level rather than Python sets per community
-    rel_names, rel_codes = np.unique(np.asarray(rel_ids, dtype=object), return_inverse=True) if rel_ids else (np.empty(0), np.empty(0, np.int64))
-    chunk_lists = dict(zip(entities.column("entity_id").to_pylist(), entities.column("chunk_ids").to_pylist()))
-    chunk_owner = np.repeat(np.arange(len(entity_ids)), [len(chunk_lists[e] or []) for e in entity_ids])
-    all_chunks = [c for e in entity_ids for c in chunk_lists[e] or []]
-    chunk_names, chunk_codes = np.unique(np.asarray(all_chunks, dtype=object), return_inverse=True) if all_chunks else (np.empty(0), np.empty(0, np.int64))
+    # distinct ids come from one numpy pass per level (Arrow holds the strings, not Python)
+    rel_codes, rel_names = sorted_codes(relationships.column("relationship_id"))
+    chunk_lists = entities.column("chunk_ids").combine_chunks()
+    chunk_owner = _positions(entities.column("entity_id"), entity_ids)[_numpy(pc.list_parent_indices(chunk_lists))]
+    chunk_codes, chunk_names = sorted_codes(pc.list_flatten(chunk_lists))
     src_a, tgt_a = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
 
-    inside: list[list[str]] = [[] for _ in communities]
-    chunks: list[list[str]] = [[] for _ in communities]
+    inside: list[np.ndarray] = [np.empty(0, np.int64)] * len(communities)
+    chunks: list[np.ndarray] = [np.empty(0, np.int64)] * len(communities)
     for level in sorted({c.level for c in communities}):
         at_level = [i for i, c in enumerate(communities) if c.level == level]
         label = np.full(len(entity_ids), -1, dtype=np.int64)
         for k, i in enumerate(at_level):
             label[communities[i].members] = k
         a, b = label[src_a], label[tgt_a]
-        for k, codes in enumerate(_codes_by_label(np.where(a == b, a, -1), rel_codes.reshape(-1), len(at_level))):
-            inside[at_level[k]] = rel_names[codes].tolist()
-        for k, codes in enumerate(_codes_by_label(label[chunk_owner], chunk_codes.reshape(-1), len(at_level))):
-            chunks[at_level[k]] = chunk_names[codes].tolist()
+        for k, codes in enumerate(_codes_by_label(np.where(a == b, a, -1), rel_codes, len(at_level))):
+            inside[at_level[k]] = codes
+        for k, codes in enumerate(_codes_by_label(label[chunk_owner], chunk_codes, len(at_level))):
+            chunks[at_level[k]] = codes
 
-    hashed = graph_hash(entities, relationships)
     members = [[entity_ids[i] for i in c.members] for c in communities]  # sorted: members and entity_ids are
     cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
-    rows = [
-        {
-            "community_id": cids[index],
-            "human_id": index,
-            "level": c.level,
-            "parent_id": None if c.parent is None else cids[c.parent],
-            "children_ids": [cids[k] for k in c.children],
-            "entity_ids": members[index],
-            "relationship_ids": inside[index],
-            "chunk_ids": chunks[index],
-            "size": len(members[index]),
-            "graph_hash": hashed,
-        }
-        for index, c in enumerate(communities)
-    ]
-    return pa.Table.from_pylist(rows, schema=tables.schema("communities").arrow)
+    return pa.table({
+        "community_id": pa.array(cids, pa.string()),
+        "human_id": pa.array(range(len(communities)), pa.int64()),
+        "level": pa.array([c.level for c in communities], pa.int64()),
+        "parent_id": pa.array([None if c.parent is None else cids[c.parent] for c in communities], pa.string()),
+        "children_ids": pa.array([[cids[k] for k in c.children] for c in communities], pa.list_(pa.string())),
+        "entity_ids": pa.array(members, pa.list_(pa.string())),
+        "relationship_ids": _lists(inside, rel_names),
+        "chunk_ids": _lists(chunks, chunk_names),
+        "size": pa.array([len(m) for m in members], pa.int64()),
+        "graph_hash": pa.array([graph_hash(entities, relationships)] * len(communities), pa.string()),
+    }).cast(tables.schema("communities").arrow)
+
+
+def _lists(codes: list[np.ndarray], names: pa.Array) -> pa.Array:
+    """A list column: row i holds names[codes[i]]."""
+    offsets = np.r_[0, np.cumsum([len(c) for c in codes])].astype(np.int32)
+    values = np.concatenate(codes) if codes else np.empty(0, np.int64)
+    return pa.ListArray.from_arrays(pa.array(offsets), names.take(pa.array(values, pa.int64())))
+
+
+def _numpy(array) -> np.ndarray:
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _positions(names: pa.ChunkedArray, entity_ids: list[str]) -> np.ndarray:
     """Index of each name in the sorted entity ids (a relationship to an unknown entity is an error)."""
-    import pyarrow.compute as pc
-
     found = pc.index_in(names, value_set=pa.array(entity_ids, type=names.type))
     if found.null_count:
         raise KeyError(f"{names.filter(pc.is_null(found))[0]} is not in the entities table")

@@ -1,8 +1,10 @@
-"""Small numpy helpers for the columnar fan-in stages."""
+"""Small numpy and Arrow helpers for the columnar fan-in stages."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def unique(values: np.ndarray) -> np.ndarray:
@@ -10,3 +12,12 @@ def unique(values: np.ndarray) -> np.ndarray:
     path that took 3.9 s on 4M int64 pair codes here; sorting takes 0.03 s."""
     ordered = np.sort(np.asarray(values).reshape(-1))
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
+
+
+def sorted_codes(column) -> tuple[np.ndarray, pa.Array]:
+    """(a code per row, the distinct values sorted): codes sort as the values do, and the strings
+    stay in Arrow."""
+    distinct = pc.unique(column)
+    distinct = distinct.take(pc.sort_indices(distinct))
+    codes = pc.index_in(column, value_set=distinct)
+    return np.asarray(codes.to_numpy(zero_copy_only=False), dtype=np.int64), distinct

@@ -490,7 +490,9 @@ def stage_report(run: Run) -> dict:
         communities = store.read("communities")
         previous = store.read("community_reports")
         if cfg.mode == "extractive":
-            reports, stats = build_reports(communities, store.read("entities"), store.read("relationships"), cfg, previous)
+            reports, stats = build_reports(
+                communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
+                store.read("relationships", columns=["relationship_id", "source", "target", "description", "weight"]), cfg, previous)
             store.replace_if_changed("community_reports", reports)
             m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                      work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])

@@ -13,10 +13,13 @@ import math
 import threading
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright import ids, tables
 from graphwright.config import ReportConfig
+from graphwright.numeric import sorted_codes, unique
 from graphwright.store import IndexStore, read_in
 
 GENERATOR = "extractive@2"
@@ -58,13 +61,21 @@ def build_reports(
     instead of rebuilt. Returns the table and {"built": n, "reused": m}.
     """
     ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count"]).to_pylist()}
-    rel = {r["relationship_id"]: r for r in relationships.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
+    # only the relationships some report can use become Python rows (the rest stay in Arrow)
+    top = _top_relationships(communities, relationships, config.context_relationships)
+    used = relationships.take(pa.array(unique(np.concatenate([np.empty(0, np.int64), *top])), pa.int64()))
+    rel = {r["relationship_id"]: r for r in used.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
+    names = relationships.column("relationship_id")
+    rows = communities.drop_columns(["relationship_ids", "chunk_ids"]).append_column(
+        "n_chunks", pc.list_value_length(communities.column("chunk_ids"))).to_pylist()
+    for c, mine in zip(rows, top):
+        c["relationship_ids"] = names.take(pa.array(mine, pa.int64())).to_pylist()
     reusable = {r["input_hash"]: r for r in previous.to_pylist()} if previous is not None else {}
 
     reports: dict[str, dict] = {}
     stats = {"built": 0, "reused": 0}
     # deepest level first, so every child report exists before its parent's
-    for c in sorted(communities.to_pylist(), key=lambda c: (-c["level"], c["community_id"])):
+    for c in sorted(rows, key=lambda c: (-c["level"], c["community_id"])):
         if c["size"] < config.min_size:
             continue
         context = report_context(c, ent, rel, [reports[k] for k in c["children_ids"] if k in reports], config)
@@ -80,13 +91,33 @@ def build_reports(
     return pa.Table.from_pylist(rows, schema=tables.schema("community_reports").arrow), stats
 
 
+def _top_relationships(communities: pa.Table, relationships: pa.Table, k: int) -> list[np.ndarray]:
+    """Per community, the rows of `relationships` holding its k heaviest relationships that have
+    a description (ties by id), computed over all communities at once."""
+    lists = communities.column("relationship_ids").combine_chunks()
+    owner = np.asarray(pc.list_parent_indices(lists).to_numpy(), dtype=np.int64)
+    row = np.asarray(pc.index_in(pc.list_flatten(lists), value_set=relationships.column("relationship_id").combine_chunks())
+                     .to_numpy(zero_copy_only=False), dtype=np.float64)
+    known = ~np.isnan(row)  # a relationship missing from the table is skipped, as a dict lookup would fail
+    owner, row = owner[known], row[known].astype(np.int64)
+    described = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(relationships.column("description")), 0), False)
+                           .to_numpy(zero_copy_only=False), dtype=bool)
+    owner, row = owner[described[row]], row[described[row]]
+    weight = np.asarray(relationships.column("weight").to_numpy(), dtype=np.float64)
+    id_rank, _ = sorted_codes(relationships.column("relationship_id"))
+    order = np.lexsort((id_rank[row], -weight[row], owner))
+    owner, row = owner[order], row[order]
+    start = np.searchsorted(owner, np.arange(communities.num_rows + 1))
+    return [row[start[i]:min(start[i + 1], start[i] + k)] for i in range(communities.num_rows)]
+
+
 def report_context(community: dict, ent: dict, rel: dict, children: list[dict], config: ReportConfig) -> dict:
     """Everything a report is written from, bounded: the community's most connected entities and
     heaviest relationships (first sentences of their descriptions) and its children's summaries.
     The report's input hash is this context's hash, so it changes exactly when the report would."""
     members = sorted((ent[e] for e in community["entity_ids"]), key=lambda e: (-e["degree"], -e["mention_count"], e["name"]))
     inner = sorted((rel[r] for r in community["relationship_ids"]), key=lambda r: (-r["weight"], r["relationship_id"]))
-    n_chunks = len(community["chunk_ids"])
+    n_chunks = community["n_chunks"] if "n_chunks" in community else len(community["chunk_ids"])
     # Items are selected by rank but listed by name: a weight that grows without changing which
     # items are selected must not change the context (and so trigger a new report).
     top_entities = sorted(members[: config.context_entities], key=lambda e: e["name"])
