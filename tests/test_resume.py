@@ -66,20 +66,20 @@ def test_crash_between_extract_commits_then_resume(indexed, corpus, tmp_path, mo
 def test_crash_inside_a_commit_before_the_markers_then_resume(indexed, corpus, tmp_path, monkeypatch):
     """Mentions and assertions of a batch are written but its completion markers are not."""
     index = tmp_path / "index"
-    real = IndexStore.upsert
+    real = IndexStore.append
     marker_writes = []
 
-    def upsert(self, name, table):
+    def append(self, name, table):
         if name == "extractions":
             marker_writes.append(table.num_rows)
             if len(marker_writes) == 3:
                 raise Crash("killed between the rows and their markers")
         return real(self, name, table)
 
-    monkeypatch.setattr(IndexStore, "upsert", upsert)
+    monkeypatch.setattr(IndexStore, "append", append)
     with pytest.raises(Crash):
         run([corpus], index, make_config(**SMALL))
-    monkeypatch.setattr(IndexStore, "upsert", real)
+    monkeypatch.setattr(IndexStore, "append", real)
 
     store = IndexStore(index)
     marked = set(store.read("extractions").column("chunk_id").to_pylist())

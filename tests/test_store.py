@@ -162,3 +162,19 @@ def test_replace_if_changed_creates_an_empty_table(store):
     version = store.version("communities")
     assert _unchanged(store.replace_if_changed("communities", tables.empty("communities")))
     assert store.version("communities") == version
+
+
+def test_rows_in_gives_the_same_rows_by_in_lists_and_by_one_scan(tmp_path, monkeypatch):
+    import graphwright.store as store_module
+
+    store = IndexStore(tmp_path)
+    rows = [{"doc_id": f"d{i:03d}", "source_key": f"k{i}", "source": "s", "title": "t", "text": f"text {i}",
+             "content_hash": f"h{i}", "metadata": None, "n_chars": 6, "run_id": "r"} for i in range(300)]
+    store.upsert("documents", pa.Table.from_pylist(rows))
+    wanted = [f"d{i:03d}" for i in range(0, 300, 7)] + ["missing"]
+    by_lists = store.rows_in("documents", "doc_id", wanted, ["doc_id", "text"])
+    monkeypatch.setattr(store_module, "IN_LIST_KEYS", 3)  # forces the scan
+    by_scan = store.rows_in("documents", "doc_id", wanted, ["doc_id", "text"])
+    assert by_scan.column_names == ["doc_id", "text"]
+    assert sorted(by_scan.to_pylist(), key=str) == sorted(by_lists.to_pylist(), key=str)
+    assert by_scan.num_rows == len(wanted) - 1

@@ -5,9 +5,14 @@ entities and small components are communities of their own); a community larger 
 `max_cluster_size` is split by Leiden on its induced subgraph into children at the next level,
 recursively, until every leaf fits or Leiden cannot split it further. An engine only has to
 partition one graph; the recursion lives here. An engine that sets `batches_groups` also takes
-`groups` (a disjoint union of graphs, each to be partitioned by its own modularity), so that all
-the splits of one level are one engine run (igraph: CPM with per-graph node weights); other
-engines get one call per community. Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
+`groups` (a disjoint union of graphs, each to be partitioned by its own modularity), so that the
+splits of one level are a few engine runs (igraph: CPM with per-graph node weights), one per bin
+of about BIN_EDGES edges, spread over a process pool; other engines get one call per community.
+Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
+
+Measured with bench/leiden_scale.py on 1M nodes / 5M edges (n_iterations 1, as GraphRAG calls
+graspologic): 16.6 s with two processes, 17.6 s with one; graspologic-native 25.8 s. The top
+level (one igraph run, 8.2 s, plus 1.3 s to build the graph) cannot be split; the bins can.
 """
 
 from __future__ import annotations

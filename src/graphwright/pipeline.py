@@ -33,7 +33,7 @@ from graphwright.lock import run_lock
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import LLMReports, build_reports, generator_of, to_table
 from graphwright.resolve import resolve
-from graphwright.store import IndexStore, read_in, sql_list
+from graphwright.store import IndexStore, sql_list
 from graphwright.vectors import build_index, save_to
 
 ENTITY_TEXT_CHARS = 600
@@ -239,16 +239,17 @@ def stage_chunk(run: Run) -> dict:
         written = 0
         if todo:
             todo_ids = [d for d, _ in todo]
-            texts = read_in(store.read, "documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
+            texts = store.rows_in("documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
             stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
                                batch_size=DOCUMENTS_PER_BATCH, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
             pending: list[pa.Table] = []
             documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))  # noqa: E731
+            had_chunks = pa.array(sorted(set(chunks.column("doc_id").to_pylist())), pa.string())
             for batch in run.map_batches("chunk", texts, stage, documents_in):
                 pending.append(batch)
                 if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
-                    written += _commit_chunks(store, pending)
-            written += _commit_chunks(store, pending)
+                    written += _commit_chunks(store, pending, had_chunks)
+            written += _commit_chunks(store, pending, had_chunks)
         # chunks of deleted documents, or cut from a document version that is gone
         chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
         stale = [c for c, d, h in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "doc_hash"))) if (d, h) not in current]
@@ -258,12 +259,18 @@ def stage_chunk(run: Run) -> dict:
         return {"chunked_documents": len(todo), "chunks_written": written, "chunks_removed": removed}
 
 
-def _commit_chunks(store: IndexStore, pending: list[pa.Table]) -> int:
+def _commit_chunks(store: IndexStore, pending: list[pa.Table], had_chunks: pa.Array) -> int:
+    """Commit whole documents' chunks. A document that had no chunks is appended (a MERGE scans
+    the whole table, which made 1M chunks quadratic); one that had (a new version may repeat a
+    chunk id) is merged. A rerun after a kill skips documents already committed."""
     if not pending:
         return 0
     table = pa.concat_tables(pending)
     pending.clear()
-    store.upsert("chunks", table)
+    known = pc.is_in(table["doc_id"], value_set=had_chunks)
+    store.append("chunks", table.filter(pc.invert(known)))
+    if pc.any(known).as_py():
+        store.upsert("chunks", table.filter(known))
     return table.num_rows
 
 
@@ -284,7 +291,6 @@ def _commit_extractions(run: "Run", results: list[pa.Table]) -> tuple[int, int, 
         return 0, 0, 0
     res = pa.concat_tables(results)
     results.clear()
-    chunk_ids = res.column("chunk_id").to_pylist()
     mentions = _flatten(res, "mentions", ["name", "type", "description", "count"])
     mentions = mentions.append_column("mention_id", pa.array([
         ids.stable_id("mention", c, n, x) for c, n, x in zip(*(mentions.column(k).to_pylist() for k in ("chunk_id", "name", "extractor")))
@@ -293,9 +299,8 @@ def _commit_extractions(run: "Run", results: list[pa.Table]) -> tuple[int, int, 
     assertions = assertions.append_column("assertion_id", pa.array([
         ids.stable_id("assertion", c, s, t, x) for c, s, t, x in zip(*(assertions.column(k).to_pylist() for k in ("chunk_id", "source", "target", "extractor")))
     ], pa.string()))
-    # replace whatever an interrupted earlier attempt left for these chunks, then mark them done
+    # the stage removed what earlier attempts left for these chunks: append, then mark them done
     for name, table in (("mentions", mentions), ("assertions", assertions)):
-        store.delete_in(name, "chunk_id", chunk_ids)
         store.append(name, table)
     markers = pa.table({
         "chunk_id": res.column("chunk_id"),
@@ -309,7 +314,7 @@ def _commit_extractions(run: "Run", results: list[pa.Table]) -> tuple[int, int, 
     })
     _record_llm_calls(run, "extract", _flatten(res, "calls", ["key", "prompt_version", "response", "cache_hit", "prompt_tokens",
                                                               "completion_tokens", "latency_s", "attempts", "error"]))
-    store.upsert("extractions", markers)
+    store.append("extractions", markers)
     failed = res.num_rows - pc.sum(pc.equal(res.column("status"), "ok")).as_py()
     return res.num_rows, mentions.num_rows, failed
 
@@ -355,16 +360,23 @@ def stage_extract(run: Run) -> dict:
         chunks = store.read("chunks", columns=["chunk_id"])
         chunk_set = set(chunks.column("chunk_id").to_pylist())
         # lineage cleanup: extraction rows of chunks that no longer exist
-        removed = {}
+        removed, have = {}, {}
         for name in ("mentions", "assertions", "extractions"):
-            have = set(store.read(name, columns=["chunk_id"]).column("chunk_id").to_pylist())
-            gone = sorted(have - chunk_set)
+            have[name] = set(store.read(name, columns=["chunk_id"]).column("chunk_id").to_pylist())
+            gone = sorted(have[name] - chunk_set)
             removed[name] = store.delete_in(name, "chunk_id", gone) if gone else 0
         done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'")
         todo = sorted(chunk_set - set(done.column("chunk_id").to_pylist()))
+        # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
+        # their new rows can be appended (per-commit deletes and merges scan whole tables)
+        for name in ("mentions", "assertions"):
+            leftover = sorted(have[name].intersection(todo))
+            removed[name] += store.delete_in(name, "chunk_id", leftover) if leftover else 0
+        if have["extractions"].intersection(todo):
+            store.delete_in("extractions", "chunk_id", sorted(have["extractions"].intersection(todo)), also=f"extractor = '{key}'")
         extracted = mentions = failed = 0
         if todo:
-            texts = read_in(store.read, "chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
+            texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
             fn_class, args, on_driver = extractor_stage(cfg.extract, cfg.llm, str(store.root))
             batch_size = cfg.execution.commit_every if on_driver else cfg.extract.batch_size
             stage = BatchStage("extract", fn_class, args, batch_size=batch_size, on_driver=on_driver,
@@ -592,7 +604,8 @@ def _commit_vectors(store: IndexStore, model: str, hash_of: dict, pending: list[
     table = pa.concat_tables(pending)
     pending.clear()
     keys = list(zip(table.column("kind").to_pylist(), table.column("item_id").to_pylist()))
-    store.upsert("embeddings", pa.table({
+    # appended: the stage deleted these items' stale rows, and a rerun skips items already stored
+    store.append("embeddings", pa.table({
         "kind": table.column("kind"),
         "item_id": table.column("item_id"),
         "model": pa.array([model] * table.num_rows, pa.string()),
