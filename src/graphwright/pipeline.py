@@ -617,17 +617,31 @@ def _commit_vectors(store: IndexStore, model: str, hash_of: dict, pending: list[
 def _write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig) -> str:
     """Build the ANN index for one kind; files are named by their content, so a published
     version's files are never overwritten and unchanged vectors reuse the existing file."""
-    table = store.read("embeddings", columns=["item_id", "text_hash", "vector"], where=f"kind = '{kind}' AND model = '{model}'")
-    table = table.sort_by("item_id")
-    item_ids = table.column("item_id").to_pylist()
+    where = f"kind = '{kind}' AND model = '{model}'"
+    keys = store.read("embeddings", columns=["item_id", "text_hash"], where=where).sort_by("item_id")
+    item_ids = keys.column("item_id").to_pylist()
     digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold,
-                           *table.column("text_hash").to_pylist(), *item_ids, length=16)
+                           *keys.column("text_hash").to_pylist(), *item_ids, length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
     if not store.files.exists(relative):
-        flat = pc.list_flatten(table.column("vector")).to_numpy(zero_copy_only=False)
-        vectors = flat.reshape(len(item_ids), -1) if item_ids else np.zeros((0, 1), np.float32)
-        save_to(store.files, relative, build_index(item_ids, vectors, cfg.vectors))
+        save_to(store.files, relative, build_index(item_ids, _vector_matrix(store, where, keys.column("item_id")), cfg.vectors))
     return relative
+
+
+def _vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> np.ndarray:
+    """The vectors of `item_ids`, row i for item i, filled from a streaming scan (one float32
+    matrix; reading the table whole and flattening it took three copies)."""
+    matrix = None
+    wanted = item_ids.combine_chunks()
+    for batch in store.scanner("embeddings", where=where)(["item_id", "vector"]):
+        if not batch.num_rows:
+            continue
+        rows = np.asarray(pc.index_in(batch.column("item_id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=np.int64)
+        flat = np.asarray(pc.list_flatten(batch.column("vector")).to_numpy(zero_copy_only=False), dtype=np.float32)
+        if matrix is None:
+            matrix = np.zeros((len(wanted), len(flat) // batch.num_rows), dtype=np.float32)
+        matrix[rows] = flat.reshape(batch.num_rows, -1)
+    return matrix if matrix is not None else np.zeros((0, 1), np.float32)
 
 
 def stage_publish(run: Run, vector_indexes: dict[str, str]) -> dict:

@@ -79,7 +79,7 @@ def load_from(files, relative: str) -> VectorIndex:
     return from_bytes(files.read_bytes(relative), files.read_bytes(ids_path(relative)))
 
 
-def to_bytes(vi: VectorIndex) -> tuple[bytes, bytes]:
+def to_bytes(vi: VectorIndex) -> tuple[bytes | memoryview, bytes]:
     """(index bytes, ids parquet bytes); the parquet's metadata records the index kind."""
     kind = getattr(vi.index, "kind", "faiss")
     sink = pa.BufferOutputStream()
@@ -88,7 +88,7 @@ def to_bytes(vi: VectorIndex) -> tuple[bytes, bytes]:
     if kind == "faiss":
         import faiss
 
-        return faiss.serialize_index(vi.index).tobytes(), sink.getvalue().to_pybytes()
+        return memoryview(faiss.serialize_index(vi.index)), sink.getvalue().to_pybytes()  # no copy of a GB-size array
     with tempfile.TemporaryDirectory() as tmp:  # cuVS saves to a path only
         vi.index.save(Path(tmp) / "index")
         return (Path(tmp) / "index").read_bytes(), sink.getvalue().to_pybytes()
