@@ -178,3 +178,37 @@ def test_rows_in_gives_the_same_rows_by_in_lists_and_by_one_scan(tmp_path, monke
     assert by_scan.column_names == ["doc_id", "text"]
     assert sorted(by_scan.to_pylist(), key=str) == sorted(by_lists.to_pylist(), key=str)
     assert by_scan.num_rows == len(wanted) - 1
+
+
+def _row_diff_by_dicts(old, new, key):
+    """The definition row_diff is measured against: Python rows matched on the key."""
+    def rows(t):
+        return dict(zip(zip(*(t.column(k).to_pylist() for k in key)), t.to_pylist()))
+    before, after = rows(old), rows(new)
+    common = before.keys() & after.keys()
+    changed = sum(1 for k in common if before[k] != after[k])
+    return {"added": len(after.keys() - before.keys()), "removed": len(before.keys() - after.keys()),
+            "changed": changed, "unchanged": len(common) - changed}
+
+
+def test_row_diff_counts_like_python_rows():
+    import random
+
+    from graphwright.store import row_diff
+
+    rng = random.Random(4)
+
+    def table(ids):
+        return pa.table({
+            "id": pa.array(ids, pa.string()),
+            "n": pa.array([rng.choice([1, 2, None]) for _ in ids], pa.int64()),
+            "tags": pa.array([rng.choice([["a"], ["a", "b"], [], None, ["b", None]]) for _ in ids], pa.list_(pa.string())),
+        })
+
+    for _ in range(20):
+        old = table([f"k{i}" for i in rng.sample(range(40), 25)])
+        new = table([f"k{i}" for i in rng.sample(range(40), 25)])
+        assert row_diff(old, new, ("id",)) == _row_diff_by_dicts(old, new, ("id",))
+        assert row_diff(old, old, ("id",)) == {"added": 0, "removed": 0, "changed": 0, "unchanged": 25}
+    two = table(["x", "y"]).append_column("k2", pa.array(["1", "2"]))
+    assert row_diff(two, two.slice(1), ("id", "k2")) == {"added": 0, "removed": 1, "changed": 0, "unchanged": 1}

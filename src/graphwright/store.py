@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, QueryBuilder, Schema, write_deltalake
@@ -40,20 +41,46 @@ def read_in(read: Callable[..., pa.Table], name: str, column: str, values, colum
 
 
 def row_diff(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> dict[str, int]:
-    """How `new` differs from `old`, row by row, matched on the primary key."""
-    def rows(t: pa.Table) -> dict:
-        keys = list(zip(*(t.column(k).to_pylist() for k in key)))
-        return dict(zip(keys, t.to_pylist()))
+    """How `new` differs from `old`, row by row, matched on the primary key. Columnar: rows are
+    never Python objects (a million relationships as dicts took more than 10 GB)."""
+    old_key, new_key = _key_column(old, key), _key_column(new, key)
+    in_old = pc.is_in(new_key, value_set=old_key)
+    in_new = pc.is_in(old_key, value_set=new_key)
+    common = pc.sum(in_old).as_py() or 0
+    changed = 0
+    if common:
+        before = old.filter(in_new).append_column("__key", old_key.filter(in_new)).sort_by("__key")
+        after = new.filter(in_old).append_column("__key", new_key.filter(in_old)).sort_by("__key")
+        same = np.ones(common, dtype=bool)
+        for column in dict.fromkeys(old.column_names + new.column_names):
+            if column not in old.column_names or column not in new.column_names:
+                same[:] = False
+                break
+            same &= _same_values(before.column(column).combine_chunks(), after.column(column).combine_chunks())
+        changed = int((~same).sum())
+    return {"added": new.num_rows - common, "removed": old.num_rows - common, "changed": changed, "unchanged": common - changed}
 
-    before, after = rows(old), rows(new)
-    common = before.keys() & after.keys()
-    changed = sum(1 for k in common if before[k] != after[k])
-    return {
-        "added": len(after.keys() - before.keys()),
-        "removed": len(before.keys() - after.keys()),
-        "changed": changed,
-        "unchanged": len(common) - changed,
-    }
+
+def _key_column(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
+    columns = [table.column(k).cast(pa.string()).combine_chunks() for k in key]
+    return columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, "\x1f")
+
+
+def _same_values(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Per row, whether a and b hold the same value (nulls equal nulls; lists element by element)."""
+    both_null = np.asarray(pc.and_(pc.is_null(a), pc.is_null(b)))
+    if pa.types.is_list(a.type) or pa.types.is_large_list(a.type):
+        same = both_null | np.asarray(pc.fill_null(pc.equal(pc.list_value_length(a), pc.list_value_length(b)), False))
+        rows = np.flatnonzero(same & ~both_null)  # equal lengths: their elements line up
+        if len(rows):
+            picked_a, picked_b = a.take(pa.array(rows)), b.take(pa.array(rows))
+            element_same = _same_values(pc.list_flatten(picked_a), pc.list_flatten(picked_b))
+            owner = np.asarray(pc.list_parent_indices(picked_a))
+            differ = np.zeros(len(rows), dtype=bool)
+            differ[owner[~element_same]] = True
+            same[rows[differ]] = False
+        return same
+    return both_null | np.asarray(pc.fill_null(pc.equal(a, b), False))
 
 
 def _missing_fields(name: str, dt: DeltaTable) -> list[pa.Field]:
