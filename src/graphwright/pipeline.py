@@ -362,7 +362,7 @@ def stage_extract(run: Run) -> dict:
         # lineage cleanup: extraction rows of chunks that no longer exist
         removed, have = {}, {}
         for name in ("mentions", "assertions", "extractions"):
-            have[name] = set(store.read(name, columns=["chunk_id"]).column("chunk_id").to_pylist())
+            have[name] = store.distinct(name, "chunk_id")
             gone = sorted(have[name] - chunk_set)
             removed[name] = store.delete_in(name, "chunk_id", gone) if gone else 0
         done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'")

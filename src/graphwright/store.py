@@ -175,6 +175,14 @@ class IndexStore:
 
         return scan
 
+    def distinct(self, name: str, column: str, where: str | None = None) -> set:
+        """The distinct values of a column, gathered batch by batch (a mentions table holds each
+        chunk id about twenty times)."""
+        values: set = set()
+        for batch in self.scanner(name, where=where)([column]):
+            values.update(pc.unique(batch.column(column)).to_pylist())
+        return values
+
     def rows_in(self, name: str, column: str, values, columns: list[str]) -> pa.Table:
         """Rows whose `column` is one of `values`. A few keys are asked for with IN-lists; many
         are found in one streaming pass with an Arrow filter (each IN-list query rescans the
