@@ -66,16 +66,16 @@ def build_reports(
     used = relationships.take(pa.array(unique(np.concatenate([np.empty(0, np.int64), *top])), pa.int64()))
     rel = {r["relationship_id"]: r for r in used.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
     names = relationships.column("relationship_id")
-    rows = communities.drop_columns(["relationship_ids", "chunk_ids"]).append_column(
+    community_rows = communities.drop_columns(["relationship_ids", "chunk_ids"]).append_column(
         "n_chunks", pc.list_value_length(communities.column("chunk_ids"))).to_pylist()
-    for c, mine in zip(rows, top):
+    for c, mine in zip(community_rows, top):
         c["relationship_ids"] = names.take(pa.array(mine, pa.int64())).to_pylist()
     reusable = {r["input_hash"]: r for r in previous.to_pylist()} if previous is not None else {}
 
     reports: dict[str, dict] = {}
     stats = {"built": 0, "reused": 0}
     # deepest level first, so every child report exists before its parent's
-    for c in sorted(rows, key=lambda c: (-c["level"], c["community_id"])):
+    for c in sorted(community_rows, key=lambda c: (-c["level"], c["community_id"])):
         if c["size"] < config.min_size:
             continue
         context = report_context(c, ent, rel, [reports[k] for k in c["children_ids"] if k in reports], config)
