@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids, tables
 from graphwright.config import ClusterConfig
-from graphwright.numeric import sorted_codes, unique
+from graphwright.numeric import sorted_codes, to_numpy, unique
 
 
 def _igraph(n: int, edges: np.ndarray):
@@ -344,10 +344,12 @@ def graph_hash(entities: pa.Table, relationships: pa.Table) -> str:
 
 
 def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
-            previous: pa.Table | None = None, workers: int = 1, usage: dict | None = None) -> pa.Table:
+            previous: pa.Table | None = None, workers: int = 1, usage: dict | None = None,
+            hashed: str | None = None) -> pa.Table:
     """The communities table for the current entities and relationships (warm-started from
     `previous` communities when given and `config.warm_start` is set; large levels split in
-    `workers` processes, whose CPU seconds go to usage["worker_cpu_s"])."""
+    `workers` processes, whose CPU seconds go to usage["worker_cpu_s"]). `hashed`: their
+    graph_hash, when the caller has it already."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
@@ -363,7 +365,7 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     # distinct ids come from one numpy pass per level (Arrow holds the strings, not Python)
     rel_codes, rel_names = sorted_codes(relationships.column("relationship_id"))
     chunk_lists = entities.column("chunk_ids").combine_chunks()
-    chunk_owner = _positions(entities.column("entity_id"), entity_ids)[_numpy(pc.list_parent_indices(chunk_lists))]
+    chunk_owner = _positions(entities.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(chunk_lists), np.int64)]
     chunk_codes, chunk_names = sorted_codes(pc.list_flatten(chunk_lists))
     src_a, tgt_a = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
 
@@ -392,7 +394,7 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
         "relationship_ids": _lists(inside, rel_names),
         "chunk_ids": _lists(chunks, chunk_names),
         "size": pa.array([len(m) for m in members], pa.int64()),
-        "graph_hash": pa.array([graph_hash(entities, relationships)] * len(communities), pa.string()),
+        "graph_hash": pa.array([hashed or graph_hash(entities, relationships)] * len(communities), pa.string()),
     }).cast(tables.schema("communities").arrow)
 
 
@@ -403,16 +405,12 @@ def _lists(codes: list[np.ndarray], names: pa.Array) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), names.take(pa.array(values, pa.int64())))
 
 
-def _numpy(array) -> np.ndarray:
-    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def _positions(names: pa.ChunkedArray, entity_ids: list[str]) -> np.ndarray:
     """Index of each name in the sorted entity ids (a relationship to an unknown entity is an error)."""
     found = pc.index_in(names, value_set=pa.array(entity_ids, type=names.type))
     if found.null_count:
         raise KeyError(f"{names.filter(pc.is_null(found))[0]} is not in the entities table")
-    return found.to_numpy(zero_copy_only=False).astype(np.int64)
+    return to_numpy(found, np.int64)
 
 
 def _codes_by_label(labels: np.ndarray, codes: np.ndarray, count: int) -> list[np.ndarray]:

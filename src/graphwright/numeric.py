@@ -14,10 +14,15 @@ def unique(values: np.ndarray) -> np.ndarray:
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
 
 
+def to_numpy(column, dtype) -> np.ndarray:
+    """An Arrow array or chunked array as numpy, in `dtype` (a view when Arrow's buffer allows)."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
 def sorted_codes(column) -> tuple[np.ndarray, pa.Array]:
     """(a code per row, the distinct values sorted): codes sort as the values do, and the strings
     stay in Arrow."""
     distinct = pc.unique(column)
     distinct = distinct.take(pc.sort_indices(distinct))
-    codes = pc.index_in(column, value_set=distinct)
-    return np.asarray(codes.to_numpy(zero_copy_only=False), dtype=np.int64), distinct
+    return to_numpy(pc.index_in(column, value_set=distinct), np.int64), distinct

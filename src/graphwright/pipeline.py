@@ -30,6 +30,7 @@ from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
 from graphwright.ingest import diff_documents, documents_table, read_sources
 from graphwright.lock import run_lock
+from graphwright.numeric import to_numpy
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import LLMReports, build_reports, generator_of, to_table
 from graphwright.resolve import resolve
@@ -372,8 +373,8 @@ def stage_extract(run: Run) -> dict:
         for name in ("mentions", "assertions"):
             leftover = sorted(have[name].intersection(todo))
             removed[name] += store.delete_in(name, "chunk_id", leftover) if leftover else 0
-        if have["extractions"].intersection(todo):
-            store.delete_in("extractions", "chunk_id", sorted(have["extractions"].intersection(todo)), also=f"extractor = '{key}'")
+        if unfinished := sorted(have["extractions"].intersection(todo)):
+            store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
         extracted = mentions = failed = 0
         if todo:
             texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
@@ -473,14 +474,16 @@ def stage_cluster(run: Run) -> dict:
         entities = store.read("entities", columns=["entity_id", "chunk_ids"])
         relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
         previous = store.read("communities")
-        unchanged = previous.num_rows and previous.column("graph_hash")[0].as_py() == graph_hash(entities, relationships)
+        hashed = graph_hash(entities, relationships)
+        unchanged = previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed
         if unchanged:  # same graph: keep the communities (a warm-started Leiden could still move nodes)
             communities = previous
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             usage = {"worker_cpu_s": 0.0}
             communities = cluster(entities, relationships, run.config.cluster, previous=previous,
-                                  workers=run.config.execution.driver_processes or os.cpu_count() or 1, usage=usage)
+                                  workers=run.config.execution.driver_processes or os.cpu_count() or 1, usage=usage,
+                                  hashed=hashed)
             m.update(usage)
             diff = store.replace_if_changed("communities", communities)
         levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
@@ -636,8 +639,8 @@ def _vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> 
     for batch in store.scanner("embeddings", where=where)(["item_id", "vector"]):
         if not batch.num_rows:
             continue
-        rows = np.asarray(pc.index_in(batch.column("item_id"), value_set=wanted).to_numpy(zero_copy_only=False), dtype=np.int64)
-        flat = np.asarray(pc.list_flatten(batch.column("vector")).to_numpy(zero_copy_only=False), dtype=np.float32)
+        rows = to_numpy(pc.index_in(batch.column("item_id"), value_set=wanted), np.int64)
+        flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
         if matrix is None:
             matrix = np.zeros((len(wanted), len(flat) // batch.num_rows), dtype=np.float32)
         matrix[rows] = flat.reshape(batch.num_rows, -1)

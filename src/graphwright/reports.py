@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids, tables
 from graphwright.config import ReportConfig
-from graphwright.numeric import sorted_codes, unique
+from graphwright.numeric import sorted_codes, to_numpy, unique
 from graphwright.store import IndexStore, read_in
 
 GENERATOR = "extractive@2"
@@ -95,15 +95,14 @@ def _top_relationships(communities: pa.Table, relationships: pa.Table, k: int) -
     """Per community, the rows of `relationships` holding its k heaviest relationships that have
     a description (ties by id), computed over all communities at once."""
     lists = communities.column("relationship_ids").combine_chunks()
-    owner = np.asarray(pc.list_parent_indices(lists).to_numpy(), dtype=np.int64)
-    row = np.asarray(pc.index_in(pc.list_flatten(lists), value_set=relationships.column("relationship_id").combine_chunks())
-                     .to_numpy(zero_copy_only=False), dtype=np.float64)
-    known = ~np.isnan(row)  # a relationship missing from the table is skipped, as a dict lookup would fail
-    owner, row = owner[known], row[known].astype(np.int64)
-    described = np.asarray(pc.fill_null(pc.greater(pc.utf8_length(relationships.column("description")), 0), False)
-                           .to_numpy(zero_copy_only=False), dtype=bool)
+    owner = to_numpy(pc.list_parent_indices(lists), np.int64)
+    row = to_numpy(pc.fill_null(pc.index_in(pc.list_flatten(lists), value_set=relationships.column("relationship_id").combine_chunks()), -1),
+                   np.int64)
+    known = row >= 0  # a relationship missing from the table is skipped
+    owner, row = owner[known], row[known]
+    described = to_numpy(pc.fill_null(pc.greater(pc.utf8_length(relationships.column("description")), 0), False), bool)
     owner, row = owner[described[row]], row[described[row]]
-    weight = np.asarray(relationships.column("weight").to_numpy(), dtype=np.float64)
+    weight = to_numpy(relationships.column("weight"), np.float64)
     id_rank, _ = sorted_codes(relationships.column("relationship_id"))
     order = np.lexsort((id_rank[row], -weight[row], owner))
     owner, row = owner[order], row[order]

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from graphwright import ids, tables
 from graphwright.config import ResolveConfig
 from graphwright.names import normalize_name, resolution_key
-from graphwright.numeric import unique
+from graphwright.numeric import to_numpy, unique
 from graphwright.resolve_candidates import candidate_pairs
 from graphwright.resolve_clusters import coherent_clusters
 from graphwright.resolve_scoring import CodeSet, KeyProfile, PairEvidence, PairScorer
@@ -181,10 +181,11 @@ def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: Reso
     width = max(n_entities, 1)
     lo, hi = np.minimum(id_rank[ea], id_rank[eb]), np.maximum(id_rank[ea], id_rank[eb])
     pairs, a_pair = np.unique(lo * width + hi, return_inverse=True)
+    a_pair = a_pair.reshape(-1)  # the relationship each row in `rows` supports
     by_rank = np.argsort(id_rank)  # entity index of each id rank
     rel_lo, rel_hi = by_rank[pairs // width], by_rank[pairs % width]
     pair_of_row = np.full(len(a_src), -1, dtype=np.int64)  # -1: the row supports no relationship
-    pair_of_row[rows] = a_pair.reshape(-1)
+    pair_of_row[rows] = a_pair
 
     limit, want = config.description_max_chars, overflow is not None
     ent_plan = _DescriptionPlan(m_entity, m["description"], m["length"], rank[m["chunk_id"]], n_entities, limit, want)
@@ -211,9 +212,9 @@ def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: Reso
         "source": pa.array([entity_names[x] for x in rel_lo.tolist()], pa.string()),
         "target": pa.array([entity_names[y] for y in rel_hi.tolist()], pa.string()),
         "description": rel_plan.merge(rel_texts),
-        "weight": pa.array(np.bincount(pair_of_row[rows], weights=a["weight"][rows], minlength=len(pairs)), pa.float64()),
-        "chunk_ids": _distinct_lists(pair_of_row[rows], a["chunk_id"][rows], chunk_names, len(pairs)),
-        "doc_ids": _distinct_lists(pair_of_row[rows], a["doc_id"][rows], doc_names, len(pairs)),
+        "weight": pa.array(np.bincount(a_pair, weights=a["weight"][rows], minlength=len(pairs)), pa.float64()),
+        "chunk_ids": _distinct_lists(a_pair, a["chunk_id"][rows], chunk_names, len(pairs)),
+        "doc_ids": _distinct_lists(a_pair, a["doc_id"][rows], doc_names, len(pairs)),
     })
     if overflow is not None:
         for i, ordered in ent_plan.overflow(ent_texts).items():
@@ -263,7 +264,7 @@ class _Dictionary:
                 if self.key is not None:
                     self._keys.append(self.key(value))
             local.append(code)
-        return np.asarray(local, dtype=np.int64)[_numpy(encoded.indices, np.int64)] if len(column) else np.empty(0, np.int64)
+        return np.asarray(local, dtype=np.int64)[to_numpy(encoded.indices, np.int64)] if len(column) else np.empty(0, np.int64)
 
     def sort(self) -> tuple[pa.Array, np.ndarray]:
         """(the values in sorted order, the sorted position of each code): recoded, codes sort as the values do."""
@@ -283,7 +284,7 @@ def _read_codes(scan: Scan, coded: dict[str, _Dictionary], number: str) -> dict[
         for column, dictionary in coded.items():
             parts[column].append(dictionary.codes(batch.column(column)).astype(np.int32))
         # a copy: a zero-copy view would keep the whole imported batch alive, descriptions included
-        parts[number].append(np.array(_numpy(batch.column(number), dtypes[number]), copy=True))
+        parts[number].append(np.array(to_numpy(batch.column(number), dtypes[number]), copy=True))
         hashes, lengths = _description_hashes(batch.column("description"))
         parts["description"].append(hashes)
         parts["length"].append(lengths.astype(np.int32))
@@ -297,8 +298,8 @@ def _description_hashes(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     if not len(encoded.dictionary):
         return np.zeros(len(column), np.int64), np.zeros(len(column), np.int64)
     hashes = np.array([hash(t) for t in encoded.dictionary.to_pylist()], dtype=np.int64)
-    lengths = _numpy(pc.utf8_length(encoded.dictionary), np.int64)
-    index = _numpy(pc.fill_null(encoded.indices, -1), np.int64)
+    lengths = to_numpy(pc.utf8_length(encoded.dictionary), np.int64)
+    index = to_numpy(pc.fill_null(encoded.indices, -1), np.int64)
     present = index >= 0
     index[~present] = 0
     return np.where(present, hashes[index], 0), np.where(present, lengths[index], 0)
@@ -369,9 +370,9 @@ class _DescriptionPlan:
     def merge(self, texts: dict[int, str], cut: bool = True) -> pa.Array:
         """Per group, its kept descriptions joined by spaces (and cut to max_chars)."""
         rows = self._ordered(texts, np.flatnonzero(self.candidate))
-        g = _numpy(rows.column("g"), np.int64)
+        g = to_numpy(rows.column("g"), np.int64)
         start = np.searchsorted(g, np.arange(self.n_groups + 1))
-        spent = np.cumsum(_numpy(pc.utf8_length(rows.column("d")), np.int64) + 1)
+        spent = np.cumsum(to_numpy(pc.utf8_length(rows.column("d")), np.int64) + 1)
         within = spent - np.r_[0, spent][start[:-1]][g] if len(g) else spent
         keep = (within <= self.max_chars) | (np.arange(len(g)) == start[g])
         offsets = np.r_[0, np.cumsum(np.bincount(g[keep], minlength=self.n_groups))]
@@ -386,11 +387,6 @@ class _DescriptionPlan:
         for g, d in zip(rows.column("g").to_pylist(), rows.column("d").to_pylist()):
             out.setdefault(g, []).append(d)
         return out
-
-
-def _numpy(column, dtype) -> np.ndarray:
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return np.asarray(array.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
 def _corpus_rank(chunk_names: list[str], positions: dict) -> np.ndarray:
