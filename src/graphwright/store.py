@@ -191,9 +191,10 @@ class IndexStore:
         if len(values) <= IN_LIST_KEYS:
             return read_in(self.read, name, column, values, columns)
         wanted = pa.array(values, pa.string())
+        read = list(dict.fromkeys([column, *columns]))
         schema = tables.schema(name).arrow
-        batches = (b.filter(pc.is_in(b.column(column), value_set=wanted)) for b in self.scanner(name)(list(dict.fromkeys([column, *columns]))))
-        return pa.Table.from_batches(list(batches), schema=pa.schema([schema.field(c) for c in dict.fromkeys([column, *columns])])).select(columns)
+        batches = [b.filter(pc.is_in(b.column(column), value_set=wanted)) for b in self.scanner(name)(read)]
+        return pa.Table.from_batches(batches, schema=pa.schema([schema.field(c) for c in read])).select(columns)
 
     def _query(self, name: str, dt: DeltaTable | None, columns: list[str] | None, where: str | None):
         """(the contract's schema for `columns`, a DataFusion batch reader or None if no table)."""
