@@ -64,7 +64,7 @@ def test_vllm_extraction_throughput_against_bare_vllm(prompts):
 
 
 def test_cugraph_hierarchy_against_igraph():
-    pytest.importorskip("cugraph")
+    pytest.importorskip("pylibcugraph")
     import numpy as np
     from test_cluster import check_hierarchy, planted_partition
 

@@ -1,14 +1,16 @@
 """cuGraph's Leiden behind the cluster engine interface (the [gpu] extra; imported lazily).
 
-Written against cuGraph's documented API (`cugraph.leiden(G, max_iter, resolution, random_state,
-theta)` on a `cugraph.Graph` built from a cudf edge list) and run only by the `gpu` tests and
-scripts/gpu-check: no GPU was at hand where it was written.
+Calls pylibcugraph, cuGraph's own low-level Python layer (`SGGraph` from device arrays, then
+`leiden(handle, random_state, graph, max_level, resolution, theta, do_expensive_check)`), so the
+engine needs neither cuDF nor the `cugraph` package with its pandas/numba pins. Written against
+pylibcugraph 26.10 and run by the `gpu` tests and scripts/gpu-check.
 
 What cuGraph does not guarantee: `random_state` seeds Leiden's refinement, but the GPU's parallel
 moves and floating-point reductions are not ordered, so two runs on the same graph may differ
 slightly (igraph and leidenalg are reproducible with a seed). `n_iterations` has no cuGraph
-counterpart (its `max_iter` bounds the levels of one run; its default is kept), and cuGraph's
-Leiden takes no starting partition, so a warm start only applies to the part run by igraph.
+counterpart (`max_level` bounds the levels of one run; cuGraph's Python default, 100, is kept),
+and cuGraph's Leiden takes no starting partition, so a warm start only applies to the part run
+by igraph.
 
 The hierarchy recursion stays in cluster.hierarchical_leiden. Below the top level most
 communities to split are small, and one GPU call per community would cost more in launches
@@ -22,6 +24,8 @@ import numpy as np
 
 from graphwright.cluster import IgraphEngine, dense_labels
 
+MAX_LEVEL = 100  # cugraph.leiden's default max_iter
+
 
 class CugraphEngine:
     name = "cugraph"
@@ -33,19 +37,22 @@ class CugraphEngine:
 
     def _leiden(self, n: int, edges: np.ndarray, weights: np.ndarray, *, resolution: float, seed: int,
                 n_iterations: int) -> np.ndarray:
-        import cudf
-        import cugraph
+        import cupy as cp
+        import pylibcugraph as plc
 
         labels = np.arange(n, dtype=np.int64)  # a node without edges is a community of its own
         if not len(edges):
             return labels
-        frame = cudf.DataFrame({"src": edges[:, 0].astype(np.int32), "dst": edges[:, 1].astype(np.int32),
-                                "weight": weights.astype(np.float32)})
-        graph = cugraph.Graph(directed=False)
-        graph.from_cudf_edgelist(frame, source="src", destination="dst", edge_attr="weight", renumber=False)
-        parts, _ = cugraph.leiden(graph, resolution=resolution, random_state=seed)
-        vertex = parts["vertex"].to_numpy()
-        labels[vertex] = parts["partition"].to_numpy().astype(np.int64) + n  # apart from the isolated nodes' labels
+        # An undirected graph is given to cuGraph as a symmetric one: each edge in both directions.
+        src = np.concatenate([edges[:, 0], edges[:, 1]]).astype(np.int32)
+        dst = np.concatenate([edges[:, 1], edges[:, 0]]).astype(np.int32)
+        handle = plc.ResourceHandle()
+        graph = plc.SGGraph(handle, plc.GraphProperties(is_symmetric=True, is_multigraph=False),
+                            cp.asarray(src), cp.asarray(dst),
+                            weight_array=cp.asarray(np.concatenate([weights, weights]).astype(np.float32)),
+                            store_transposed=False, renumber=False, do_expensive_check=False)
+        vertices, parts, _ = plc.leiden(handle, seed, graph, MAX_LEVEL, resolution, 1.0, False)
+        labels[cp.asnumpy(vertices)] = cp.asnumpy(parts).astype(np.int64) + n  # apart from the isolated nodes' labels
         return labels
 
     def partition(self, n: int, edges: np.ndarray, weights: np.ndarray, *, resolution: float, seed: int,

@@ -1,8 +1,7 @@
 """cuVS indexes behind the vector index interface (the [gpu] extra; imported lazily).
 
-Written against cuVS's documented Python API (cuvs.neighbors.brute_force / cagra: build, search,
-save, load) and run only by the `gpu` tests and scripts/gpu-check: no GPU was at hand where it
-was written. Exact search (brute force) below `hnsw_threshold` vectors, CAGRA above, as the faiss
+Written against cuVS 26.10's Python API (cuvs.neighbors.brute_force / cagra: build, search,
+save, load) and run by the `gpu` tests and scripts/gpu-check. Exact search (brute force) below `hnsw_threshold` vectors, CAGRA above, as the faiss
 engine uses a flat index and HNSW. Both use cuVS's default metric, squared L2: on the normalized
 vectors graphwright stores it ranks as inner product does, and the score returned is the inner
 product, 1 - d/2. A saved cuVS index loads only where cuVS and a GPU are.
@@ -54,4 +53,8 @@ class CuvsIndex:
     def load(cls, kind: str, path: Path) -> CuvsIndex:
         from cuvs.neighbors import brute_force, cagra
 
-        return cls(kind, (brute_force if kind == "brute_force" else cagra).load(str(path)))
+        if kind == "brute_force":
+            return cls(kind, brute_force.load(str(path)))
+        index, dataset = cagra.Index(), cagra.Dataset()  # cagra.load fills an index it is given
+        cagra.load(index, str(path), out_dataset=dataset)
+        return cls(kind, index)
