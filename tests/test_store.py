@@ -212,3 +212,46 @@ def test_row_diff_counts_like_python_rows():
         assert row_diff(old, old, ("id",)) == {"added": 0, "removed": 0, "changed": 0, "unchanged": 25}
     two = table(["x", "y"]).append_column("k2", pa.array(["1", "2"]))
     assert row_diff(two, two.slice(1), ("id", "k2")) == {"added": 0, "removed": 1, "changed": 0, "unchanged": 1}
+
+
+def _relationships(n: int, seed: int, edit: int | None = None) -> pa.Table:
+    import random
+
+    rng = random.Random(seed)
+    rows = [{"relationship_id": f"r{i:04d}", "source_id": f"e{i}", "target_id": f"e{i + 1}", "source": f"E{i}",
+             "target": f"E{i + 1}", "description": rng.choice(["", "knows", "met at the ball"]),
+             "weight": rng.choice([1.0, 2.5, 0.1]),
+             "chunk_ids": rng.choice([[], ["c1"], ["c1", "c2"], ["c2", "c1"]]), "doc_ids": [f"d{i % 3}"]}
+            for i in range(n)]
+    if edit is not None:
+        rows[edit]["chunk_ids"] = rows[edit]["chunk_ids"] + ["c9"]  # a change inside a list only
+    return tables.schema("relationships").validate(pa.Table.from_pylist(rows))
+
+
+def _split(table: pa.Table, seed: int) -> list[pa.Table]:
+    import random
+
+    cuts = sorted(random.Random(seed).sample(range(1, table.num_rows), 3))
+    return [table.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, table.num_rows])]
+
+
+def test_replace_parts_if_changed_agrees_with_replace_if_changed(tmp_path):
+    whole, parted = IndexStore(tmp_path / "whole"), IndexStore(tmp_path / "parted")
+    steps = [_relationships(40, 1), _relationships(40, 1).take(list(range(39, -1, -1))),  # same rows, reordered
+             _relationships(40, 1, edit=7), _relationships(30, 1), _relationships(45, 2)]
+    versions = []
+    for i, table in enumerate(steps):
+        expected = whole.replace_if_changed("relationships", table)
+        assert parted.replace_parts_if_changed("relationships", _split(table, i)) == expected
+        assert parted.version("relationships") == whole.version("relationships")
+        assert parted.read("relationships").sort_by("relationship_id").equals(whole.read("relationships").sort_by("relationship_id"))
+        versions.append(parted.version("relationships"))
+    assert versions[1] == versions[0] and versions[0] < versions[2] < versions[3] < versions[4]  # only step 1 wrote nothing
+
+
+def test_replace_parts_if_changed_with_no_parts_creates_an_empty_table(store):
+    assert _unchanged(store.replace_parts_if_changed("relationships", []))
+    assert store.exists("relationships") and store.count("relationships") == 0
+    version = store.version("relationships")
+    assert _unchanged(store.replace_parts_if_changed("relationships", iter(())))
+    assert store.version("relationships") == version

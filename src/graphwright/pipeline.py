@@ -33,7 +33,7 @@ from graphwright.lock import run_lock
 from graphwright.numeric import to_numpy
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import LLMReports, build_reports, generator_of, to_table
-from graphwright.resolve import resolve
+from graphwright.resolve import resolve_parts
 from graphwright.store import IndexStore, sql_list
 from graphwright.vectors import build_index, save_to
 
@@ -419,16 +419,21 @@ def stage_resolve(run: Run) -> dict:
         positions = {c: (source_key.get(d, ""), i) for c, d, i in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "chunk_index")))}
         overflow: dict | None = {} if run.config.resolve.summarize else None
         linking: dict = {}
-        entities, aliases, relationships = resolve(mentions, assertions, run.config.resolve, positions, overflow,
-                                                   embed=_resolve_embedder(run), adjudicate=_resolve_adjudicator(run),
-                                                   stats=linking)
-        if overflow:
-            entities, relationships = _summarize_descriptions(run, overflow, entities, relationships)
-        diffs = {name: store.replace_if_changed(name, table)
-                 for name, table in (("entities", entities), ("entity_aliases", aliases), ("relationships", relationships))}
-        m.update(rows_in=n_mentions + n_assertions, rows_out=entities.num_rows + relationships.num_rows,
-                 entities=entities.num_rows, relationships=relationships.num_rows, aliases=aliases.num_rows, changes=diffs,
-                 linking=linking, work_unit="mentions", work_done=n_mentions, work_total=n_mentions)
+        resolved = resolve_parts(mentions, assertions, run.config.resolve, positions, overflow,
+                                 embed=_resolve_embedder(run), adjudicate=_resolve_adjudicator(run), stats=linking)
+        del positions, chunks, source_key
+        entities = _summarize_descriptions(run, overflow, resolved.entities, "entities", "entity_id")
+
+        def relationship_parts():  # each part's overflow is summarized before the part is written
+            for part in resolved.relationship_parts:
+                yield _summarize_descriptions(run, overflow, part, "relationships", "relationship_id")
+
+        diffs = {"entities": store.replace_if_changed("entities", entities),
+                 "entity_aliases": store.replace_if_changed("entity_aliases", resolved.aliases),
+                 "relationships": store.replace_parts_if_changed("relationships", relationship_parts())}
+        m.update(rows_in=n_mentions + n_assertions, rows_out=entities.num_rows + resolved.relationships,
+                 entities=entities.num_rows, relationships=resolved.relationships, aliases=resolved.aliases.num_rows,
+                 changes=diffs, linking=linking, work_unit="mentions", work_done=n_mentions, work_total=n_mentions)
         return diffs
 
 
@@ -453,19 +458,19 @@ def _resolve_adjudicator(run: Run):
     return decide
 
 
-def _summarize_descriptions(run: Run, overflow: dict, entities: pa.Table, relationships: pa.Table) -> tuple[pa.Table, pa.Table]:
+def _summarize_descriptions(run: Run, overflow: dict | None, table: pa.Table, name: str, key: str) -> pa.Table:
+    """`table` with the descriptions in `overflow` (emptied after) replaced by LLM summaries."""
+    if not overflow:
+        return table
     from graphwright.summarize import summarize
 
     run.config.llm.require("resolve.summarize")
     summaries, calls = summarize(run.store, overflow, run.config.resolve.description_max_chars, run.config.llm)
+    overflow.clear()
     _record_llm_calls(run, "resolve", pa.Table.from_pylist(calls))
-
-    def patch(table: pa.Table, name: str, key: str) -> pa.Table:
-        ids_ = table.column(key).to_pylist()
-        texts = [summaries.get((name, i), d) for i, d in zip(ids_, table.column("description").to_pylist())]
-        return table.set_column(table.schema.get_field_index("description"), "description", pa.array(texts, pa.string()))
-
-    return patch(entities, "entities", "entity_id"), patch(relationships, "relationships", "relationship_id")
+    ids_ = table.column(key).to_pylist()
+    texts = [summaries.get((name, i), d) for i, d in zip(ids_, table.column("description").to_pylist())]
+    return table.set_column(table.schema.get_field_index("description"), "description", pa.array(texts, pa.string()))
 
 
 def stage_cluster(run: Run) -> dict:

@@ -25,7 +25,8 @@ orders of magnitude slower at 100k (docs/entity-resolution.md has the figures an
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -109,7 +110,26 @@ def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: Reso
             positions: dict[str, object] | None = None, overflow: dict | None = None,
             embed: Callable[[list[str]], np.ndarray] | None = None, adjudicate: Adjudicator | None = None,
             stats: dict | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """(entities, entity_aliases, relationships) from mentions and assertions, each a table or a
+    """(entities, entity_aliases, relationships): resolve_parts with the relationships in one table."""
+    resolved = resolve_parts(mentions, assertions, config, positions, overflow, embed, adjudicate, stats)
+    parts = list(resolved.relationship_parts)
+    schema = tables.schema("relationships").arrow
+    return resolved.entities, resolved.aliases, pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+@dataclass
+class Resolved:
+    entities: pa.Table
+    aliases: pa.Table
+    relationships: int  # how many relationship_parts will yield
+    relationship_parts: Iterator[pa.Table]  # in relationship order, at most PART_ROWS assertions' worth each
+
+
+def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
+                  positions: dict[str, object] | None = None, overflow: dict | None = None,
+                  embed: Callable[[list[str]], np.ndarray] | None = None, adjudicate: Adjudicator | None = None,
+                  stats: dict | None = None) -> Resolved:
+    """Entities, entity_aliases and relationships from mentions and assertions, each a table or a
     Scan (columns -> record batches; read twice). `positions` maps a chunk id to its place in the
     corpus (e.g. (source key, chunk index)); by default the chunk id. If `overflow` is a dict,
     rows whose descriptions exceed the budget are added to it as {(table, id): (name, ordered
@@ -119,7 +139,9 @@ def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: Reso
 
     Rows are read in batches and kept as integer codes (names, chunks, documents, types, and a
     64-bit hash per description); descriptions are read again at the end for the few each row
-    keeps. Python objects exist per distinct name, key, entity and relationship."""
+    keeps. Python objects exist per distinct name, key and entity. Relationships (millions at a
+    million chunks) are built a part at a time while `relationship_parts` is iterated; their
+    overflow entries are added as each part is built."""
     to_key = resolution_key if config.method == "linked" else normalize_name
     names, chunks, docs, types = _Dictionary(to_key), _Dictionary(), _Dictionary(), _Dictionary()
     m = _read_codes(_as_scan(mentions), {"name": names, "type": types, "chunk_id": chunks, "doc_id": docs}, "count")
@@ -184,15 +206,10 @@ def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: Reso
     a_pair = a_pair.reshape(-1)  # the relationship each row in `rows` supports
     by_rank = np.argsort(id_rank)  # entity index of each id rank
     rel_lo, rel_hi = by_rank[pairs // width], by_rank[pairs % width]
-    pair_of_row = np.full(len(a_src), -1, dtype=np.int64)  # -1: the row supports no relationship
-    pair_of_row[rows] = a_pair
 
     limit, want = config.description_max_chars, overflow is not None
     ent_plan = _DescriptionPlan(m_entity, m["description"], m["length"], rank[m["chunk_id"]], n_entities, limit, want)
-    rel_plan = _DescriptionPlan(pair_of_row, a["description"], a["length"], rank[a["chunk_id"]], len(pairs), limit, want)
     ent_texts = _fetch_texts(_as_scan(mentions), ent_plan.needed())
-    rel_texts = _fetch_texts(_as_scan(assertions), rel_plan.needed())
-
     entities = pa.table({
         "entity_id": pa.array(entity_ids, pa.string()),
         "canonical_key": pa.array(entity_keys, pa.string()),
@@ -204,28 +221,78 @@ def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: Reso
         "chunk_ids": _distinct_lists(m_entity, m["chunk_id"], chunk_names, n_entities),
         "doc_ids": _distinct_lists(m_entity, m["doc_id"], doc_names, n_entities),
     })
-    rel_ids = [ids.relationship_id(entity_ids[x], entity_ids[y]) for x, y in zip(rel_lo.tolist(), rel_hi.tolist())]
-    relationships = pa.table({
-        "relationship_id": pa.array(rel_ids, pa.string()),
-        "source_id": pa.array([entity_ids[x] for x in rel_lo.tolist()], pa.string()),
-        "target_id": pa.array([entity_ids[y] for y in rel_hi.tolist()], pa.string()),
-        "source": pa.array([entity_names[x] for x in rel_lo.tolist()], pa.string()),
-        "target": pa.array([entity_names[y] for y in rel_hi.tolist()], pa.string()),
-        "description": rel_plan.merge(rel_texts),
-        "weight": pa.array(np.bincount(a_pair, weights=a["weight"][rows], minlength=len(pairs)), pa.float64()),
-        "chunk_ids": _distinct_lists(a_pair, a["chunk_id"][rows], chunk_names, len(pairs)),
-        "doc_ids": _distinct_lists(a_pair, a["doc_id"][rows], doc_names, len(pairs)),
-    })
     if overflow is not None:
         for i, ordered in ent_plan.overflow(ent_texts).items():
             overflow[("entities", entity_ids[i])] = (entity_names[i], ordered)
-        for i, ordered in rel_plan.overflow(rel_texts).items():
-            x, y = int(rel_lo[i]), int(rel_hi[i])
-            overflow[("relationships", rel_ids[i])] = (f"{entity_names[x]} and {entity_names[y]}", ordered)
-
     aliases = _alias_table(names, m["name"], m["count"], keys, canonical, accepted, entity_ids, entity_of_key)
-    return tuple(t.select(tables.schema(name).arrow.names).cast(tables.schema(name).arrow)
-                 for t, name in ((entities, "entities"), (aliases, "entity_aliases"), (relationships, "relationships")))
+    endpoints = _Endpoints(pa.array(entity_ids, pa.string()), pa.array(entity_names, pa.string()), rel_lo, rel_hi)
+    assertion_rows = {c: a[c] for c in ("description", "length", "weight", "chunk_id", "doc_id")}
+    parts = _relationship_parts(_as_scan(assertions), assertion_rows, rows, a_pair, endpoints, rank, chunk_names,
+                                doc_names, limit, overflow)
+    return Resolved(*(_conform(t, name) for t, name in ((entities, "entities"), (aliases, "entity_aliases"))),
+                    len(pairs), parts)
+
+
+def _conform(table: pa.Table, name: str) -> pa.Table:
+    schema = tables.schema(name).arrow
+    return table.select(schema.names).cast(schema)
+
+
+PART_ROWS = 4_000_000  # assertions per relationship part: ~1 GB of transient arrays at most
+
+
+@dataclass
+class _Endpoints:
+    """Each relationship's entities (indexes into the entity columns), in relationship order."""
+    entity_ids: pa.Array
+    entity_names: pa.Array
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _relationship_parts(scan: Scan, a: dict[str, np.ndarray], rows: np.ndarray, a_pair: np.ndarray,
+                        ends: _Endpoints, rank: np.ndarray, chunk_names: pa.Array, doc_names: pa.Array,
+                        limit: int, overflow: dict | None) -> Iterator[pa.Table]:
+    """The relationships table a part at a time. Each part covers consecutive relationships with
+    about PART_ROWS supporting assertions. The parts' description plans are made twice (once to
+    learn which texts to read in one pass over the assertions, once to merge them) rather than
+    kept: together they were the largest thing resolve held."""
+    n = len(ends.lo)
+    by_pair = np.argsort(a_pair, kind="stable")
+    rows, pair = rows[by_pair], a_pair[by_pair]  # assertion rows grouped by relationship
+    del by_pair, a_pair
+    row_start = np.r_[0, np.cumsum(np.bincount(pair, minlength=n))]
+    cuts = unique(np.r_[0, np.searchsorted(row_start, np.arange(PART_ROWS, len(rows), PART_ROWS)), n])
+
+    def plan(p: int) -> tuple[np.ndarray, np.ndarray, _DescriptionPlan]:
+        span = slice(row_start[cuts[p]], row_start[cuts[p + 1]])
+        sel, local = rows[span], pair[span] - cuts[p]
+        return sel, local, _DescriptionPlan(local, a["description"][sel], a["length"][sel], rank[a["chunk_id"][sel]],
+                                            int(cuts[p + 1] - cuts[p]), limit, overflow is not None)
+
+    texts = _fetch_texts(scan, np.concatenate([np.empty(0, np.int64)] + [plan(p)[2].needed() for p in range(len(cuts) - 1)]))
+    for p in range(len(cuts) - 1):
+        sel, local, rel_plan = plan(p)
+        first, k = int(cuts[p]), int(cuts[p + 1] - cuts[p])
+        lo, hi = pa.array(ends.lo[first:first + k]), pa.array(ends.hi[first:first + k])
+        source_ids, target_ids = ends.entity_ids.take(lo), ends.entity_ids.take(hi)
+        rel_ids = [ids.relationship_id(x, y) for x, y in zip(source_ids.to_pylist(), target_ids.to_pylist())]
+        part = pa.table({
+            "relationship_id": pa.array(rel_ids, pa.string()),
+            "source_id": source_ids,
+            "target_id": target_ids,
+            "source": ends.entity_names.take(lo),
+            "target": ends.entity_names.take(hi),
+            "description": rel_plan.merge(texts),
+            "weight": pa.array(np.bincount(local, weights=a["weight"][sel], minlength=k), pa.float64()),
+            "chunk_ids": _distinct_lists(local, a["chunk_id"][sel], chunk_names, k),
+            "doc_ids": _distinct_lists(local, a["doc_id"][sel], doc_names, k),
+        })
+        if overflow is not None:
+            names = part.column("source").to_pylist(), part.column("target").to_pylist()
+            for i, ordered in rel_plan.overflow(texts).items():
+                overflow[("relationships", rel_ids[i])] = (f"{names[0][i]} and {names[1][i]}", ordered)
+        yield _conform(part, "relationships")
 
 
 Scan = Callable[[list[str]], Iterable[pa.RecordBatch]]
@@ -305,20 +372,35 @@ def _description_hashes(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return np.where(present, hashes[index], 0), np.where(present, lengths[index], 0)
 
 
-def _fetch_texts(scan: Scan, wanted: np.ndarray) -> dict[int, str]:
+class _Texts:
+    """Descriptions by their 64-bit hash: one Arrow array in hash order (as a dict of Python
+    strings, the texts a million chunks' relationships keep took several GB)."""
+
+    def __init__(self, hashes: np.ndarray, texts: pa.Array):
+        self.hashes, self.texts = hashes, texts  # hashes sorted and distinct
+
+    def take(self, wanted: np.ndarray) -> pa.Array:
+        at = np.minimum(np.searchsorted(self.hashes, wanted), max(len(self.hashes) - 1, 0))
+        if len(wanted) and not np.array_equal(self.hashes[at], wanted):
+            raise KeyError("a description that was not fetched")
+        return self.texts.take(pa.array(at))
+
+
+def _fetch_texts(scan: Scan, wanted: np.ndarray) -> _Texts:
     """The description with each hash in `wanted` (a second pass, keeping only those)."""
-    texts: dict[int, str] = {}
-    if not len(wanted):
-        return texts
-    wanted = unique(wanted)
-    for batch in scan(["description"]):
-        encoded = batch.column("description").dictionary_encode()
-        distinct = encoded.dictionary.to_pylist()
-        hashes = np.array([hash(t) for t in distinct], dtype=np.int64)
+    found_hashes, found_texts = [np.empty(0, np.int64)], [pa.array([], pa.string())]
+    wanted = unique(wanted) if len(wanted) else wanted
+    for batch in scan(["description"]) if len(wanted) else ():
+        distinct = batch.column("description").dictionary_encode().dictionary
+        hashes = np.array([hash(t) for t in distinct.to_pylist()], dtype=np.int64)
         found = wanted[np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)] == hashes  # (np.isin re-sorts `wanted` per batch)
-        for i in np.flatnonzero(found).tolist():
-            texts.setdefault(int(hashes[i]), distinct[i])
-    return texts
+        if found.any():
+            found_hashes.append(hashes[found])
+            found_texts.append(distinct.filter(pa.array(found)))
+    hashes = np.concatenate(found_hashes)
+    order = np.argsort(hashes, kind="stable")  # the first text met with each hash, as before
+    order = order[np.r_[True, hashes[order][1:] != hashes[order][:-1]]] if len(order) else order
+    return _Texts(hashes[order], pa.concat_arrays(found_texts).take(pa.array(order)))
 
 
 class _DescriptionPlan:
@@ -361,13 +443,13 @@ class _DescriptionPlan:
     def needed(self) -> np.ndarray:
         return self.h[self.candidate]
 
-    def _ordered(self, texts: dict[int, str], rows: np.ndarray) -> pa.Table:
+    def _ordered(self, texts: _Texts, rows: np.ndarray) -> pa.Table:
         """The given rows with their texts, in exact order (group, -mentions, earliest, text)."""
         return pa.table({"g": self.g[rows], "c": -self.count[rows], "e": self.earliest[rows],
-                         "d": pa.array([texts[h] for h in self.h[rows].tolist()], pa.string())}).sort_by(
+                         "d": texts.take(self.h[rows])}).sort_by(
             [("g", "ascending"), ("c", "ascending"), ("e", "ascending"), ("d", "ascending")])
 
-    def merge(self, texts: dict[int, str], cut: bool = True) -> pa.Array:
+    def merge(self, texts: _Texts, cut: bool = True) -> pa.Array:
         """Per group, its kept descriptions joined by spaces (and cut to max_chars)."""
         rows = self._ordered(texts, np.flatnonzero(self.candidate))
         g = to_numpy(rows.column("g"), np.int64)
@@ -380,7 +462,7 @@ class _DescriptionPlan:
         joined = pc.binary_join(kept, " ")
         return pc.utf8_slice_codeunits(joined, 0, self.max_chars) if cut else joined
 
-    def overflow(self, texts: dict[int, str]) -> dict[int, list[str]]:
+    def overflow(self, texts: _Texts) -> dict[int, list[str]]:
         """The ordered descriptions of each group over the budget."""
         rows = self._ordered(texts, np.flatnonzero(np.isin(self.g, self.over)))
         out: dict[int, list[str]] = {}

@@ -9,12 +9,15 @@ into a failure; QueryBuilder reads did not in our trials.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -59,6 +62,22 @@ def row_diff(old: pa.Table, new: pa.Table, key: tuple[str, ...]) -> dict[str, in
             same &= _same_values(before.column(column).combine_chunks(), after.column(column).combine_chunks())
         changed = int((~same).sum())
     return {"added": new.num_rows - common, "removed": old.num_rows - common, "changed": changed, "unchanged": common - changed}
+
+
+def row_digests(table: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    """The key columns and a 64-bit digest of each whole row (`__digest`): row_diff over these
+    answers row_diff over the rows themselves, for tables too large to hold twice. Digests come
+    from Python's string hash, so they only compare within one process."""
+    text = pc.binary_join_element_wise(*(_as_text(table.column(c)) for c in table.column_names), "\x1f")
+    digest = np.fromiter((hash(t) for t in text.to_pylist()), dtype=np.int64, count=table.num_rows)
+    return table.select(list(key)).append_column("__digest", pa.array(digest, pa.int64()))
+
+
+def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column as strings, nulls as "\\x00"; a list as its elements joined by "\\x1e"."""
+    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        column = pc.binary_join(column.cast(pa.list_(pa.string())), "\x1e")
+    return pc.fill_null(column.cast(pa.string()), "\x00")
 
 
 def _key_column(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
@@ -262,6 +281,30 @@ class IndexStore:
         diff = row_diff(current, data, schema.primary_key)
         if diff["added"] or diff["removed"] or diff["changed"] or not self.exists(name):
             self.overwrite(name, data)
+        return diff
+
+    def replace_parts_if_changed(self, name: str, parts: Iterable[pa.Table]) -> dict:
+        """replace_if_changed for a table made a part at a time (never whole in memory). Each
+        part is validated and spilled to a local Parquet file; the diff compares row digests
+        with a streamed scan of the current table; if anything changed, the spilled parts are
+        streamed into one overwrite commit."""
+        schema = tables.schema(name)
+        with tempfile.TemporaryDirectory(prefix=f"graphwright-{name}-") as spill:
+            files, digests = [], [row_digests(schema.arrow.empty_table(), schema.primary_key)]
+            for i, part in enumerate(parts):
+                data = schema.validate(part)
+                files.append(f"{spill}/{i:06d}.parquet")
+                pq.write_table(data, files[-1])
+                digests.append(row_digests(data, schema.primary_key))
+            new = pa.concat_tables(digests)
+            old = pa.concat_tables([digests[0], *(row_digests(pa.Table.from_batches([batch]), schema.primary_key)
+                                                  for batch in self.scanner(name)(schema.arrow.names))])
+            diff = row_diff(old, new, (*schema.primary_key,))
+            if diff["added"] or diff["removed"] or diff["changed"] or not self.exists(name):
+                self._writing(name)
+                self.ensure(name)
+                reader = ds.dataset(files, schema=schema.arrow, format="parquet").scanner().to_reader()
+                write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options)
         return diff
 
     def delete(self, name: str, where: str) -> int:
