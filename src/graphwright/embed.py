@@ -162,7 +162,7 @@ def make_embedder(config: EmbedConfig):
 
 
 class EmbedBatch:
-    """Batch function: (kind, item_id, text) -> (kind, item_id, vector)."""
+    """Batch function: rows with a `text` -> the same rows with a `vector` instead."""
 
     def __init__(self, config: EmbedConfig, torch_threads: int | None = None):
         if torch_threads:
@@ -175,5 +175,4 @@ class EmbedBatch:
         vectors = self.embedder.encode(batch.column("text").to_pylist())
         flat = pa.array(vectors.reshape(-1), type=pa.float32())
         offsets = pa.array(np.arange(0, vectors.size + 1, max(vectors.shape[1], 1), dtype=np.int32))
-        return pa.table({"kind": batch.column("kind"), "item_id": batch.column("item_id"),
-                         "vector": pa.ListArray.from_arrays(offsets, flat)})
+        return batch.drop_columns(["text"]).append_column("vector", pa.ListArray.from_arrays(offsets, flat))

@@ -570,23 +570,21 @@ def stage_embed(run: Run) -> dict:
     kinds so that one actor pool loads the model once; then rebuild each kind's vector index."""
     store, cfg = run.store, run.config
     model = model_name(cfg.embed)
-    counts, todo_parts, hash_of = {}, [], {}
+    counts, todo_parts = {}, []
     with run.stage("embed") as m:
         for kind, items in _embedding_inputs(store, cfg.embed.relationships).items():
-            hashes = [ids.content_hash(model + "\x1f" + t) for t in items.column("text").to_pylist()]
-            items = items.append_column("text_hash", pa.array(hashes, pa.string()))
+            items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
             have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
-            current = _pairs(items, "item_id", "text_hash")
-            existing = _pairs(have, "item_id", "text_hash")
-            stale = sorted({i for i, _ in existing - current})
+            current, existing = _pair_keys(items, "item_id", "text_hash"), _pair_keys(have, "item_id", "text_hash")
+            stale = pc.unique(have.column("item_id").filter(pc.invert(pc.is_in(existing, value_set=current)))).to_pylist()
             if stale:
                 store.delete_in("embeddings", "item_id", stale, also=f"kind = '{kind}' AND model = '{model}'")
-            todo = items.filter(pc.is_in(items["item_id"], pa.array(sorted({i for i, _ in current - existing}), pa.string())))
-            hash_of.update({(kind, i): h for i, h in zip(todo.column("item_id").to_pylist(), todo.column("text_hash").to_pylist())})
-            todo_parts.append(pa.table({"kind": pa.array([kind] * todo.num_rows, pa.string()),
-                                        "item_id": todo.column("item_id"), "text": todo.column("text")}))
+            todo = items.filter(pc.invert(pc.is_in(current, value_set=existing)))
+            todo_parts.append(todo.add_column(0, "kind", pa.array([kind] * todo.num_rows, pa.string())))
             counts[kind] = {"embedded": todo.num_rows, "reused": items.num_rows - todo.num_rows, "removed": len(stale)}
+        del items, have, current, existing
         todo = pa.concat_tables(todo_parts)
+        todo_parts.clear()
         # similar lengths in a batch waste less compute on padding
         todo = todo.take(pc.sort_indices(pc.utf8_length(todo["text"])))
         on_driver = cfg.embed.engine == "vllm"  # it starts its own Ray Data job over GPU replicas
@@ -594,30 +592,41 @@ def stage_embed(run: Run) -> dict:
                            batch_size=cfg.execution.commit_every if on_driver else cfg.embed.batch_size,
                            num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors, on_driver=on_driver)
         pending: list[pa.Table] = []
+        embedded = todo.num_rows
         for batch in run.map_batches("embed", todo, stage):
             pending.append(batch)
             if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
-                _commit_vectors(store, model, hash_of, pending)
-        _commit_vectors(store, model, hash_of, pending)
+                _commit_vectors(store, model, pending)
+        _commit_vectors(store, model, pending)
+        del todo, stage  # the texts are not needed while the indexes are built
         files = {kind: _write_vector_index(store, kind, model, cfg) for kind in counts}
         total = sum(c["embedded"] + c["reused"] for c in counts.values())
-        m.update(rows_in=total, rows_out=todo.num_rows, model=model, **counts,
-                 work_unit="items", work_done=todo.num_rows, work_total=total, gpus=_gpus(cfg, "embed"))
+        m.update(rows_in=total, rows_out=embedded, model=model, **counts,
+                 work_unit="items", work_done=embedded, work_total=total, gpus=_gpus(cfg, "embed"))
         return {"vector_indexes": files, "counts": counts}
 
 
-def _commit_vectors(store: IndexStore, model: str, hash_of: dict, pending: list[pa.Table]) -> None:
+def _text_hashes(model: str, texts: pa.ChunkedArray, batch: int = 65_536) -> pa.ChunkedArray:
+    """The key an embedding is reused by: a hash of model and text (a slice of texts at a time)."""
+    return pa.chunked_array([pa.array([ids.content_hash(model + "\x1f" + t) for t in texts.slice(o, batch).to_pylist()],
+                                      pa.string()) for o in range(0, len(texts), batch)], pa.string())
+
+
+def _pair_keys(table: pa.Table, a: str, b: str) -> pa.Array:
+    return pc.binary_join_element_wise(table.column(a), table.column(b), "\x1f").combine_chunks()
+
+
+def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table]) -> None:
     if not pending:
         return
     table = pa.concat_tables(pending)
     pending.clear()
-    keys = list(zip(table.column("kind").to_pylist(), table.column("item_id").to_pylist()))
     # appended: the stage deleted these items' stale rows, and a rerun skips items already stored
     store.append("embeddings", pa.table({
         "kind": table.column("kind"),
         "item_id": table.column("item_id"),
         "model": pa.array([model] * table.num_rows, pa.string()),
-        "text_hash": pa.array([hash_of[k] for k in keys], pa.string()),
+        "text_hash": table.column("text_hash"),
         "vector": table.column("vector"),
     }))
 
