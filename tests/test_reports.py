@@ -165,3 +165,24 @@ def test_reports_on_the_indexed_corpus(indexed):
         kids = [reports[k] for k in c["children_ids"] if k in reports]
         if kids:  # bottom-up: a parent summarizes its children's reports
             assert segmentable(report["summary"], sentences_of([k["summary"] for k in kids]))
+
+
+def test_reports_from_chunk_counts_and_fetched_descriptions_equal_reports_from_whole_tables():
+    """What the report stage reads at scale: chunk-list lengths, and only the descriptions used."""
+    import pyarrow.compute as pc
+
+    comms, ents, rels = small_world()
+    extra = relationship("tobias reed", "port elling", "", 9.0)  # heaviest, but no description: never shown
+    rels = pa.concat_tables([rels, pa.Table.from_pylist([extra], schema=rels.schema)])
+    asked: list[list[str]] = []
+
+    def descriptions(wanted):
+        asked.append(sorted(wanted))
+        return rels.filter(pc.is_in(rels.column("relationship_id"), pa.array(wanted))).select(["relationship_id", "description"])
+
+    counted = comms.drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(comms.column("chunk_ids")))
+    flagged = rels.select(["relationship_id", "source", "target", "weight"]).append_column(
+        "described", pc.greater(pc.utf8_length(rels.column("description")), 0))
+    for config in (ReportConfig(), ReportConfig(context_relationships=1, min_size=1)):
+        assert build_reports(counted, ents, flagged, config, descriptions=descriptions).equals(build_reports(comms, ents, rels, config))
+    assert asked and extra["relationship_id"] not in asked[0]

@@ -235,17 +235,22 @@ def _split(table: pa.Table, seed: int) -> list[pa.Table]:
     return [table.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, table.num_rows])]
 
 
-def test_replace_parts_if_changed_agrees_with_replace_if_changed(tmp_path):
-    whole, parted = IndexStore(tmp_path / "whole"), IndexStore(tmp_path / "parted")
+def test_replace_parts_if_changed_diffs_as_row_diff_does(tmp_path, monkeypatch):
+    import graphwright.store as store_module
+    from graphwright.store import row_diff
+
+    monkeypatch.setattr(store_module, "DIGEST_ROWS", 7)  # several digest slices per part
+    store = IndexStore(tmp_path)
     steps = [_relationships(40, 1), _relationships(40, 1).take(list(range(39, -1, -1))),  # same rows, reordered
              _relationships(40, 1, edit=7), _relationships(30, 1), _relationships(45, 2)]
-    versions = []
+    previous, versions = tables.empty("relationships"), []
     for i, table in enumerate(steps):
-        expected = whole.replace_if_changed("relationships", table)
-        assert parted.replace_parts_if_changed("relationships", _split(table, i)) == expected
-        assert parted.version("relationships") == whole.version("relationships")
-        assert parted.read("relationships").sort_by("relationship_id").equals(whole.read("relationships").sort_by("relationship_id"))
-        versions.append(parted.version("relationships"))
+        expected = row_diff(previous, table, ("relationship_id",))  # the definition, on whole tables
+        assert store.replace_parts_if_changed("relationships", _split(table, i)) == expected
+        assert store.read("relationships").sort_by("relationship_id").equals(table.sort_by("relationship_id"))
+        previous = table
+        versions.append(store.version("relationships"))
+    assert row_diff(steps[1], steps[2], ("relationship_id",))["changed"] == 1  # an edit inside one list
     assert versions[1] == versions[0] and versions[0] < versions[2] < versions[3] < versions[4]  # only step 1 wrote nothing
 
 

@@ -339,8 +339,15 @@ def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray
 
 def graph_hash(entities: pa.Table, relationships: pa.Table) -> str:
     """Identifies the weighted graph: sorted entity ids and (relationship id, weight) pairs."""
-    rels = sorted(zip(relationships.column("relationship_id").to_pylist(), relationships.column("weight").to_pylist()))
-    return ids.stable_id("graph", *sorted(entities.column("entity_id").to_pylist()), *(f"{r}:{w!r}" for r, w in rels), length=32)
+    rels = relationships.select(["relationship_id", "weight"])
+    rels = rels.take(pc.sort_indices(rels, [("relationship_id", "ascending")]))  # ids are distinct
+
+    def parts():
+        yield from sorted(entities.column("entity_id").to_pylist())
+        for batch in rels.to_batches(max_chunksize=65_536):
+            yield from (f"{r}:{w!r}" for r, w in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()))
+
+    return ids.stable_id_of("graph", parts(), length=32)
 
 
 def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,

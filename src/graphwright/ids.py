@@ -11,6 +11,11 @@ _SEP = "\x1f"  # unit separator: cannot occur in the parts we hash by accident o
 
 def stable_id(kind: str, *parts: object, length: int = 24) -> str:
     """A hex id derived from `kind` and `parts` (24 hex chars = 96 bits)."""
+    return stable_id_of(kind, parts, length)
+
+
+def stable_id_of(kind: str, parts: Iterable[object], length: int = 24) -> str:
+    """stable_id over parts that come from an iterable (millions need not be in memory at once)."""
     h = hashlib.sha256(kind.encode())
     for part in parts:
         h.update(_SEP.encode())

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright import ids, tables
+from graphwright import ids, memory, tables
 from graphwright.chunking import DOCUMENTS_PER_BATCH, Chunker
 from graphwright.cluster import cluster, graph_hash
 from graphwright.config import PipelineConfig
@@ -90,6 +90,7 @@ class Run:
             details["failed"] = f"{type(exc).__name__}: {exc}"[:500]
             raise
         finally:
+            memory.release()
             self._record_stage(name, details, wall, cpu, llm_before, worker_before)
 
     def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float) -> None:
@@ -478,7 +479,7 @@ def stage_cluster(run: Run) -> dict:
     with run.stage("cluster") as m:
         entities = store.read("entities", columns=["entity_id", "chunk_ids"])
         relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
-        previous = store.read("communities")
+        previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_hash(entities, relationships)
         unchanged = previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed
         if unchanged:  # same graph: keep the communities (a warm-started Leiden could still move nodes)
@@ -507,17 +508,19 @@ class TooManyReportFailures(TooManyFailures):
 def stage_report(run: Run) -> dict:
     store, cfg = run.store, run.config.report
     with run.stage("report") as m:
-        communities = store.read("communities")
         previous = store.read("community_reports")
         if cfg.mode == "extractive":
+            communities = _communities_without_chunk_lists(store)
             reports, stats = build_reports(
                 communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
-                store.read("relationships", columns=["relationship_id", "source", "target", "description", "weight"]), cfg, previous)
+                _relationships_without_descriptions(store), cfg, previous,
+                descriptions=lambda ids_: store.rows_in("relationships", "relationship_id", ids_, ["relationship_id", "description"]))
             store.replace_if_changed("community_reports", reports)
             m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                      work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
             return stats
         run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
+        communities = store.read("communities")
         llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist())
         gen = generator_of(run.config.llm)
         current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
@@ -545,6 +548,29 @@ def stage_report(run: Run) -> dict:
         m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         return stats
+
+
+def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
+    """The communities with the length of their chunk lists instead of the lists (each chunk is
+    in every community its entities are in, at every level: the table's bulk), read a batch at a time."""
+    columns = tables.schema("communities").arrow.names
+    parts = [pa.Table.from_batches([batch]).drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(batch.column("chunk_ids")))
+             for batch in store.scanner("communities")(columns)]
+    keep = [c for c in columns if c != "chunk_ids"]
+    return pa.concat_tables(parts) if parts else tables.schema("communities").arrow.empty_table().select(keep).append_column(
+        "n_chunks", pa.array([], pa.int32()))
+
+
+def _relationships_without_descriptions(store: IndexStore) -> pa.Table:
+    """The relationships with whether each has a description instead of the description, read
+    a batch at a time (reports read the descriptions of the few relationships they show)."""
+    columns = ["relationship_id", "source", "target", "weight", "description"]
+    parts = [pa.Table.from_batches([batch]).drop_columns(["description"]).append_column(
+        "described", pc.fill_null(pc.greater(pc.utf8_length(batch.column("description")), 0), False))
+        for batch in store.scanner("relationships")(columns)]
+    empty = pa.table({"relationship_id": pa.array([], pa.string()), "source": pa.array([], pa.string()),
+                      "target": pa.array([], pa.string()), "weight": pa.array([], pa.float64()), "described": pa.array([], pa.bool_())})
+    return pa.concat_tables(parts) if parts else empty
 
 
 def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:

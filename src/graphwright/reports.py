@@ -52,22 +52,31 @@ def _pick_sentences(candidates: list[str], limit: int) -> list[str]:
 
 def build_reports(
     communities: pa.Table, entities: pa.Table, relationships: pa.Table, config: ReportConfig,
-    previous: pa.Table | None = None,
+    previous: pa.Table | None = None, descriptions: Callable[[list[str]], pa.Table] | None = None,
 ) -> tuple[pa.Table, dict[str, int]]:
     """Reports for every community of at least `min_size` entities, deepest level first.
 
     Each report is built from a bounded context (its top entities and relationships, or its
     children's reports); a report whose context hashes the same as one in `previous` is reused
     instead of rebuilt. Returns the table and {"built": n, "reused": m}.
+
+    For large indexes, `communities` may carry `n_chunks` instead of its `chunk_ids` lists, and
+    `relationships` a boolean `described` instead of its descriptions; `descriptions` (ids ->
+    relationship_id, description) then reads the descriptions of the relationships reports use.
     """
     ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count"]).to_pylist()}
     # only the relationships some report can use become Python rows (the rest stay in Arrow)
     top = _top_relationships(communities, relationships, config.context_relationships)
     used = relationships.take(pa.array(unique(np.concatenate([np.empty(0, np.int64), *top])), pa.int64()))
+    if "description" not in used.column_names:
+        text = descriptions(used.column("relationship_id").to_pylist())
+        by_id = dict(zip(text.column("relationship_id").to_pylist(), text.column("description").to_pylist()))
+        used = used.append_column("description", pa.array([by_id[r] for r in used.column("relationship_id").to_pylist()], pa.string()))
     rel = {r["relationship_id"]: r for r in used.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
     names = relationships.column("relationship_id")
-    community_rows = communities.drop_columns(["relationship_ids", "chunk_ids"]).append_column(
-        "n_chunks", pc.list_value_length(communities.column("chunk_ids"))).to_pylist()
+    if "chunk_ids" in communities.column_names:
+        communities = communities.drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(communities.column("chunk_ids")))
+    community_rows = communities.drop_columns(["relationship_ids"]).to_pylist()
     for c, mine in zip(community_rows, top):
         c["relationship_ids"] = names.take(pa.array(mine, pa.int64())).to_pylist()
     reusable = {r["input_hash"]: r for r in previous.to_pylist()} if previous is not None else {}
@@ -100,7 +109,8 @@ def _top_relationships(communities: pa.Table, relationships: pa.Table, k: int) -
                    np.int64)
     known = row >= 0  # a relationship missing from the table is skipped
     owner, row = owner[known], row[known]
-    described = to_numpy(pc.fill_null(pc.greater(pc.utf8_length(relationships.column("description")), 0), False), bool)
+    described = to_numpy(relationships.column("described"), bool) if "described" in relationships.column_names else \
+        to_numpy(pc.fill_null(pc.greater(pc.utf8_length(relationships.column("description")), 0), False), bool)
     owner, row = owner[described[row]], row[described[row]]
     weight = to_numpy(relationships.column("weight"), np.float64)
     id_rank, _ = sorted_codes(relationships.column("relationship_id"))

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright import ids, tables
+from graphwright import ids, memory, tables
 from graphwright.config import ResolveConfig
 from graphwright.names import normalize_name, resolution_key
 from graphwright.numeric import to_numpy, unique
@@ -146,6 +146,7 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     names, chunks, docs, types = _Dictionary(to_key), _Dictionary(), _Dictionary(), _Dictionary()
     m = _read_codes(_as_scan(mentions), {"name": names, "type": types, "chunk_id": chunks, "doc_id": docs}, "count")
     a = _read_codes(_as_scan(assertions), {"source": names, "target": names, "chunk_id": chunks, "doc_id": docs}, "weight")
+    memory.release()
     chunk_names, chunk_code = chunks.sort()
     doc_names, doc_code = docs.sort()
     type_names, type_code = types.sort()
@@ -165,8 +166,7 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     label = {k: k for k in keys}
     accepted: dict = {}
     if config.method == "linked" and len(keys) > 1:
-        profiles = _profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"],
-                             a_src[a_keep], a_tgt[a_keep])
+        profiles = _profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
         if config.embeddings or config.adjudicate:  # a text per name, for the embedding or the LLM
             best = _best_names(m_key, m["name"], m["count"], len(keys), names.values)
             plan = _DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
@@ -177,6 +177,8 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
                                                 adjudicate if config.adjudicate else None)
         if stats is not None:
             stats.update(link_stats)
+        del profiles
+        memory.release()
     mentioned = dict(zip(keys, np.bincount(m_key, weights=m["count"], minlength=len(keys)).astype(np.int64).tolist()))
     members: dict[str, list[str]] = {}
     for k in keys:
@@ -197,40 +199,63 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     m_entity = entity_of_key[m_key]
     entity_names = _best_names(m_entity, m["name"], m["count"], n_entities, names.values)
 
-    rows = np.flatnonzero(a_keep)
-    ea, eb = entity_of_key[a_src[rows]], entity_of_key[a_tgt[rows]]
-    rows, ea, eb = rows[ea != eb], ea[ea != eb], eb[ea != eb]  # two names of one entity support no relationship
+    rows, a_pair, pairs = _supported_pairs(a_src, a_tgt, a_keep, entity_of_key, id_rank)
+    del a_src, a_tgt, a_keep, a["source"], a["target"]
     width = max(n_entities, 1)
-    lo, hi = np.minimum(id_rank[ea], id_rank[eb]), np.maximum(id_rank[ea], id_rank[eb])
-    pairs, a_pair = np.unique(lo * width + hi, return_inverse=True)
-    a_pair = a_pair.reshape(-1)  # the relationship each row in `rows` supports
     by_rank = np.argsort(id_rank)  # entity index of each id rank
     rel_lo, rel_hi = by_rank[pairs // width], by_rank[pairs % width]
 
     limit, want = config.description_max_chars, overflow is not None
-    ent_plan = _DescriptionPlan(m_entity, m["description"], m["length"], rank[m["chunk_id"]], n_entities, limit, want)
-    ent_texts = _fetch_texts(_as_scan(mentions), ent_plan.needed())
+    ent_parts = _Parts(m_entity, n_entities, None, m, rank, limit, want)
+    ent_texts = _fetch_texts(_as_scan(mentions), ent_parts.needed())
+    memory.release()
+    descriptions = []
+    for p in range(len(ent_parts)):
+        _, _, plan = ent_parts.plan(p)
+        descriptions.append(plan.merge(ent_texts))
+        for i, ordered in plan.overflow(ent_texts).items() if want else ():
+            i += int(ent_parts.cuts[p])
+            overflow[("entities", entity_ids[i])] = (entity_names[i], ordered)
+    del ent_parts, ent_texts
     entities = pa.table({
         "entity_id": pa.array(entity_ids, pa.string()),
         "canonical_key": pa.array(entity_keys, pa.string()),
         "name": pa.array(entity_names, pa.string()),
         **_types(m_entity, m["type"], m["count"], type_names.to_pylist(), n_entities),
-        "description": ent_plan.merge(ent_texts),
+        "description": pa.concat_arrays([pa.array([], pa.string()), *descriptions]),
         "mention_count": pa.array(np.bincount(m_entity, weights=m["count"], minlength=n_entities).astype(np.int64)),
         "degree": pa.array(np.bincount(np.concatenate([rel_lo, rel_hi]), minlength=n_entities).astype(np.int64)),
         "chunk_ids": _distinct_lists(m_entity, m["chunk_id"], chunk_names, n_entities),
         "doc_ids": _distinct_lists(m_entity, m["doc_id"], doc_names, n_entities),
     })
-    if overflow is not None:
-        for i, ordered in ent_plan.overflow(ent_texts).items():
-            overflow[("entities", entity_ids[i])] = (entity_names[i], ordered)
     aliases = _alias_table(names, m["name"], m["count"], keys, canonical, accepted, entity_ids, entity_of_key)
+    del m, m_key, m_entity
+    memory.release()
     endpoints = _Endpoints(pa.array(entity_ids, pa.string()), pa.array(entity_names, pa.string()), rel_lo, rel_hi)
-    assertion_rows = {c: a[c] for c in ("description", "length", "weight", "chunk_id", "doc_id")}
-    parts = _relationship_parts(_as_scan(assertions), assertion_rows, rows, a_pair, endpoints, rank, chunk_names,
-                                doc_names, limit, overflow)
+    rel_parts = _Parts(a_pair, len(pairs), rows, a, rank, limit, want)
+    del rows, a_pair
+    a = {c: a[c] for c in ("weight", "chunk_id", "doc_id")}  # what the parts are built from besides their plans
+    memory.release()
+    parts = _relationship_parts(_as_scan(assertions), a, rel_parts, endpoints, chunk_names, doc_names, overflow)
     return Resolved(*(_conform(t, name) for t, name in ((entities, "entities"), (aliases, "entity_aliases"))),
                     len(pairs), parts)
+
+
+def _supported_pairs(a_src: np.ndarray, a_tgt: np.ndarray, a_keep: np.ndarray, entity_of_key: np.ndarray,
+                     id_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the assertions that support a relationship, the relationship each supports as an index
+    into the third, each relationship as lo * entities + hi on its endpoints' id ranks). Rows
+    are coded a slice at a time: forty million of them made a dozen temporaries of 325 MB."""
+    width, rows, codes = max(len(id_rank), 1), [np.empty(0, np.int32)], [np.empty(0, np.int64)]
+    for start in range(0, len(a_keep), PART_ROWS):
+        r = np.flatnonzero(a_keep[start:start + PART_ROWS]) + start
+        ea, eb = entity_of_key[a_src[r]], entity_of_key[a_tgt[r]]
+        differ = ea != eb  # two names of one entity support no relationship
+        ra, rb = id_rank[ea[differ]], id_rank[eb[differ]]
+        rows.append(r[differ].astype(np.int32))
+        codes.append(np.minimum(ra, rb) * width + np.maximum(ra, rb))
+    pairs, a_pair = np.unique(np.concatenate(codes), return_inverse=True)
+    return np.concatenate(rows), a_pair.reshape(-1).astype(np.int32), pairs
 
 
 def _conform(table: pa.Table, name: str) -> pa.Table:
@@ -250,30 +275,48 @@ class _Endpoints:
     hi: np.ndarray
 
 
-def _relationship_parts(scan: Scan, a: dict[str, np.ndarray], rows: np.ndarray, a_pair: np.ndarray,
-                        ends: _Endpoints, rank: np.ndarray, chunk_names: pa.Array, doc_names: pa.Array,
-                        limit: int, overflow: dict | None) -> Iterator[pa.Table]:
-    """The relationships table a part at a time. Each part covers consecutive relationships with
-    about PART_ROWS supporting assertions. The parts' description plans are made twice (once to
-    learn which texts to read in one pass over the assertions, once to merge them) rather than
-    kept: together they were the largest thing resolve held."""
-    n = len(ends.lo)
-    by_pair = np.argsort(a_pair, kind="stable")
-    rows, pair = rows[by_pair], a_pair[by_pair]  # assertion rows grouped by relationship
-    del by_pair, a_pair
-    row_start = np.r_[0, np.cumsum(np.bincount(pair, minlength=n))]
-    cuts = unique(np.r_[0, np.searchsorted(row_start, np.arange(PART_ROWS, len(rows), PART_ROWS)), n])
+class _Parts:
+    """Rows grouped by consecutive group numbers and cut into parts of about PART_ROWS rows, with
+    each part's description plan. Plans are made when asked for, twice per part (once to learn
+    which texts to read in one pass over the table, once to merge them) rather than kept:
+    together they were the largest thing resolve held."""
 
-    def plan(p: int) -> tuple[np.ndarray, np.ndarray, _DescriptionPlan]:
-        span = slice(row_start[cuts[p]], row_start[cuts[p + 1]])
-        sel, local = rows[span], pair[span] - cuts[p]
-        return sel, local, _DescriptionPlan(local, a["description"][sel], a["length"][sel], rank[a["chunk_id"][sel]],
-                                            int(cuts[p + 1] - cuts[p]), limit, overflow is not None)
+    def __init__(self, group: np.ndarray, n_groups: int, rows: np.ndarray | None, table: dict[str, np.ndarray],
+                 chunk_rank: np.ndarray, max_chars: int, want_overflow: bool):
+        """`group` numbers the table's `rows` (None: all of them); `table` holds their description
+        hashes, lengths and chunk codes; `chunk_rank` orders chunks by their place in the corpus."""
+        by_group = np.argsort(group, kind="stable")
+        self.group = group[by_group].astype(np.int32)
+        self.rows = (by_group if rows is None else rows[by_group]).astype(np.int32)  # each row's place in the table
+        self.hashes, self.lengths = table["description"][self.rows], table["length"][self.rows]
+        self.rank = chunk_rank.astype(np.int32)[table["chunk_id"][self.rows]]
+        self.max_chars, self.want_overflow = max_chars, want_overflow
+        self.row_start = np.r_[0, np.cumsum(np.bincount(self.group, minlength=n_groups))]
+        self.cuts = unique(np.r_[0, np.searchsorted(self.row_start, np.arange(PART_ROWS, len(self.group), PART_ROWS)), n_groups])
 
-    texts = _fetch_texts(scan, np.concatenate([np.empty(0, np.int64)] + [plan(p)[2].needed() for p in range(len(cuts) - 1)]))
-    for p in range(len(cuts) - 1):
-        sel, local, rel_plan = plan(p)
-        first, k = int(cuts[p]), int(cuts[p + 1] - cuts[p])
+    def __len__(self) -> int:
+        return len(self.cuts) - 1
+
+    def plan(self, p: int) -> tuple[np.ndarray, np.ndarray, _DescriptionPlan]:
+        """(the part's rows in the table, their group numbered from the part's first, its plan)."""
+        span = slice(self.row_start[self.cuts[p]], self.row_start[self.cuts[p + 1]])
+        local = self.group[span] - self.cuts[p]
+        return self.rows[span], local, _DescriptionPlan(local, self.hashes[span], self.lengths[span], self.rank[span],
+                                                        int(self.cuts[p + 1] - self.cuts[p]), self.max_chars,
+                                                        self.want_overflow)
+
+    def needed(self) -> np.ndarray:
+        return np.concatenate([np.empty(0, np.int64)] + [self.plan(p)[2].needed() for p in range(len(self))])
+
+
+def _relationship_parts(scan: Scan, a: dict[str, np.ndarray], parts: _Parts, ends: _Endpoints, chunk_names: pa.Array,
+                        doc_names: pa.Array, overflow: dict | None) -> Iterator[pa.Table]:
+    """The relationships table a part at a time; a part covers consecutive relationships."""
+    texts = _fetch_texts(scan, parts.needed())
+    memory.release()
+    for p in range(len(parts)):
+        sel, local, rel_plan = parts.plan(p)
+        first, k = int(parts.cuts[p]), int(parts.cuts[p + 1] - parts.cuts[p])
         lo, hi = pa.array(ends.lo[first:first + k]), pa.array(ends.hi[first:first + k])
         source_ids, target_ids = ends.entity_ids.take(lo), ends.entity_ids.take(hi)
         rel_ids = [ids.relationship_id(x, y) for x, y in zip(source_ids.to_pylist(), target_ids.to_pylist())]
@@ -355,7 +398,11 @@ def _read_codes(scan: Scan, coded: dict[str, _Dictionary], number: str) -> dict[
         hashes, lengths = _description_hashes(batch.column("description"))
         parts["description"].append(hashes)
         parts["length"].append(lengths.astype(np.int32))
-    return {c: np.concatenate(parts.pop(c)) if parts[c] else np.empty(0, dtype) for c, dtype in dtypes.items()}
+    out = {}
+    for column, dtype in dtypes.items():  # one column at a time, handing each one's pieces back
+        out[column] = np.concatenate(parts.pop(column)) if parts[column] else np.empty(0, dtype)
+        memory.release()
+    return out
 
 
 def _description_hashes(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -486,8 +533,9 @@ def _group_sums(group: np.ndarray, code: np.ndarray, weights: np.ndarray, width:
     return pairs // width, pairs % width, np.bincount(inverse.reshape(-1), weights=weights, minlength=len(pairs))
 
 
-def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt) -> dict[str, KeyProfile]:
-    """What linking knows of each key: mentions, types, chunks (as codes) and related keys."""
+def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt, keep) -> dict[str, KeyProfile]:
+    """What linking knows of each key: mentions, types, chunks (as codes) and related keys (from
+    the assertions `keep` marks)."""
     profiles = {k: KeyProfile(k) for k in keys}
     for k, n in zip(keys, np.bincount(m_key, weights=m_count, minlength=len(keys)).astype(np.int64).tolist()):
         profiles[k].mentions = n
@@ -499,9 +547,15 @@ def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_
     bounds = np.searchsorted(pairs // width, np.arange(len(keys) + 1)).tolist()
     for i, k in enumerate(keys):
         profiles[k].chunks = CodeSet(chunk_codes[bounds[i]:bounds[i + 1]])
-    linked = unique(np.concatenate([src * len(keys) + tgt, tgt * len(keys) + src]))
-    for x, y in zip((linked // len(keys)).tolist(), (linked % len(keys)).tolist()):
-        profiles[keys[x]].neighbours.add(keys[y])
+    k, step = len(keys), PART_ROWS
+    once = unique(np.concatenate([np.empty(0, np.int64)] + [  # each related pair once, a slice of assertions at a time
+        unique(np.minimum(s, t) * k + np.maximum(s, t)) for s, t in
+        ((src[o:o + step][keep[o:o + step]], tgt[o:o + step][keep[o:o + step]]) for o in range(0, len(src), step))]))
+    linked = unique(np.concatenate([once, (once % k) * k + once // k]))  # both directions
+    neighbour_codes = (linked % len(keys)).astype(np.int32)
+    bounds = np.searchsorted(linked // len(keys), np.arange(len(keys) + 1)).tolist()
+    for i, k in enumerate(keys):
+        profiles[k].code, profiles[k].neighbours = i, CodeSet(neighbour_codes[bounds[i]:bounds[i + 1]])
     return profiles
 
 

@@ -60,8 +60,9 @@ class KeyProfile:
     mentions: int = 0
     types: dict = field(default_factory=dict)  # type -> mentions
     chunks: set | CodeSet = field(default_factory=set)
-    neighbours: set = field(default_factory=set)  # related keys
+    neighbours: set | CodeSet = field(default_factory=set)  # related keys, as their codes
     text: str = ""  # name and description, for the embedding
+    code: int = -1  # this key's code among its neighbours' codes
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -178,7 +179,7 @@ class PairScorer:
         else:
             types = "compatible" if ta and tb else "untyped"
         name, is_contained = name_score(a, b)
-        neigh = overlap(pa_.neighbours, pb.neighbours, (a, b))
+        neigh = overlap(pa_.neighbours, pb.neighbours, (pa_.code, pb.code))
         chunks = overlap(pa_.chunks, pb.chunks)
         emb = None
         if self.vectors is not None:

@@ -88,6 +88,12 @@ class IndexFiles:
 
         obstore.put(self.store, relative, data)
 
+    def write_file(self, relative: str, local: Path) -> None:
+        """write_bytes from a local file, streamed (a multi-GB index need not be in memory)."""
+        import obstore
+
+        obstore.put(self.store, relative, local)
+
     def list(self, prefix: str) -> list[str]:
         import obstore
 

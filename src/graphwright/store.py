@@ -30,6 +30,7 @@ def sql_list(values) -> str:
 
 
 IN_LIST_KEYS = 5000  # above this many keys, IndexStore.rows_in scans the table once instead
+DIGEST_ROWS = 8192  # rows per slice in row_digests
 
 
 def read_in(read: Callable[..., pa.Table], name: str, column: str, values, columns: list[str]) -> pa.Table:
@@ -68,8 +69,11 @@ def row_digests(table: pa.Table, key: tuple[str, ...]) -> pa.Table:
     """The key columns and a 64-bit digest of each whole row (`__digest`): row_diff over these
     answers row_diff over the rows themselves, for tables too large to hold twice. Digests come
     from Python's string hash, so they only compare within one process."""
-    text = pc.binary_join_element_wise(*(_as_text(table.column(c)) for c in table.column_names), "\x1f")
-    digest = np.fromiter((hash(t) for t in text.to_pylist()), dtype=np.int64, count=table.num_rows)
+    digest = np.empty(table.num_rows, dtype=np.int64)
+    for start in range(0, table.num_rows, DIGEST_ROWS):  # a slice at a time: rows joined as text are large
+        rows = table.slice(start, DIGEST_ROWS)
+        text = pc.binary_join_element_wise(*(_as_text(rows.column(c)) for c in rows.column_names), "\x1f")
+        digest[start:start + rows.num_rows] = [hash(t) for t in text.to_pylist()]
     return table.select(list(key)).append_column("__digest", pa.array(digest, pa.int64()))
 
 
@@ -275,19 +279,13 @@ class IndexStore:
     def replace_if_changed(self, name: str, table: pa.Table) -> dict:
         """Overwrite the table with `table` unless it already holds exactly these rows (so a no-op
         run adds no Delta version). Returns row counts: added, removed, changed, unchanged."""
-        schema = tables.schema(name)
-        data = schema.validate(table)
-        current = self.read(name) if self.exists(name) else schema.arrow.empty_table()
-        diff = row_diff(current, data, schema.primary_key)
-        if diff["added"] or diff["removed"] or diff["changed"] or not self.exists(name):
-            self.overwrite(name, data)
-        return diff
+        return self.replace_parts_if_changed(name, [table])
 
     def replace_parts_if_changed(self, name: str, parts: Iterable[pa.Table]) -> dict:
-        """replace_if_changed for a table made a part at a time (never whole in memory). Each
+        """replace_if_changed for a table given a part at a time (never whole in memory). Each
         part is validated and spilled to a local Parquet file; the diff compares row digests
-        with a streamed scan of the current table; if anything changed, the spilled parts are
-        streamed into one overwrite commit."""
+        with a streamed scan of the current table (which is never read whole either); if
+        anything changed, the spilled parts are streamed into one overwrite commit."""
         schema = tables.schema(name)
         with tempfile.TemporaryDirectory(prefix=f"graphwright-{name}-") as spill:
             files, digests = [], [row_digests(schema.arrow.empty_table(), schema.primary_key)]
