@@ -240,6 +240,7 @@ def test_replace_parts_if_changed_diffs_as_row_diff_does(tmp_path, monkeypatch):
     from graphwright.store import row_diff
 
     monkeypatch.setattr(store_module, "DIGEST_ROWS", 7)  # several digest slices per part
+    monkeypatch.setattr(store_module, "DIGEST_ITEMS", 5)  # and slices cut by list items
     store = IndexStore(tmp_path)
     steps = [_relationships(40, 1), _relationships(40, 1).take(list(range(39, -1, -1))),  # same rows, reordered
              _relationships(40, 1, edit=7), _relationships(30, 1), _relationships(45, 2)]

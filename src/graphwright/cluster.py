@@ -20,6 +20,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -357,6 +358,18 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     `previous` communities when given and `config.warm_start` is set; large levels split in
     `workers` processes, whose CPU seconds go to usage["worker_cpu_s"]). `hashed`: their
     graph_hash, when the caller has it already."""
+    parts = list(cluster_parts(entities, relationships, config, engine, previous, workers, usage, hashed))
+    if not parts:
+        return tables.empty("communities")
+    table = pa.concat_tables(parts)
+    return table.take(pc.sort_indices(table.column("human_id")))
+
+
+def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
+                  previous: pa.Table | None = None, workers: int = 1, usage: dict | None = None,
+                  hashed: str | None = None) -> Iterator[pa.Table]:
+    """cluster()'s rows a level at a time (their chunk lists are the table's bulk: each chunk is
+    in every community its entities are in, at every level)."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
@@ -367,6 +380,7 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     if config.warm_start and previous is not None and previous.num_rows:
         initial = previous_membership(entity_ids, previous)
     communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial, workers, usage)
+    hashed = hashed or graph_hash(entities, relationships)
 
     # relationship and chunk ids as codes in sorted order, so that each community's sorted
     # distinct ids come from one numpy pass per level (Arrow holds the strings, not Python)
@@ -374,35 +388,31 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     chunk_lists = entities.column("chunk_ids").combine_chunks()
     chunk_owner = _positions(entities.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(chunk_lists), np.int64)]
     chunk_codes, chunk_names = sorted_codes(pc.list_flatten(chunk_lists))
+    del chunk_lists
     src_a, tgt_a = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
 
-    inside: list[np.ndarray] = [np.empty(0, np.int64)] * len(communities)
-    chunks: list[np.ndarray] = [np.empty(0, np.int64)] * len(communities)
+    members = [[entity_ids[i] for i in c.members] for c in communities]  # sorted: members and entity_ids are
+    cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
     for level in sorted({c.level for c in communities}):
         at_level = [i for i, c in enumerate(communities) if c.level == level]
         label = np.full(len(entity_ids), -1, dtype=np.int64)
         for k, i in enumerate(at_level):
             label[communities[i].members] = k
         a, b = label[src_a], label[tgt_a]
-        for k, codes in enumerate(_codes_by_label(np.where(a == b, a, -1), rel_codes, len(at_level))):
-            inside[at_level[k]] = codes
-        for k, codes in enumerate(_codes_by_label(label[chunk_owner], chunk_codes, len(at_level))):
-            chunks[at_level[k]] = codes
-
-    members = [[entity_ids[i] for i in c.members] for c in communities]  # sorted: members and entity_ids are
-    cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
-    return pa.table({
-        "community_id": pa.array(cids, pa.string()),
-        "human_id": pa.array(range(len(communities)), pa.int64()),
-        "level": pa.array([c.level for c in communities], pa.int64()),
-        "parent_id": pa.array([None if c.parent is None else cids[c.parent] for c in communities], pa.string()),
-        "children_ids": pa.array([[cids[k] for k in c.children] for c in communities], pa.list_(pa.string())),
-        "entity_ids": pa.array(members, pa.list_(pa.string())),
-        "relationship_ids": _lists(inside, rel_names),
-        "chunk_ids": _lists(chunks, chunk_names),
-        "size": pa.array([len(m) for m in members], pa.int64()),
-        "graph_hash": pa.array([hashed or graph_hash(entities, relationships)] * len(communities), pa.string()),
-    }).cast(tables.schema("communities").arrow)
+        inside = _codes_by_label(np.where(a == b, a, -1), rel_codes, len(at_level))
+        chunks = _codes_by_label(label[chunk_owner], chunk_codes, len(at_level))
+        yield pa.table({
+            "community_id": pa.array([cids[i] for i in at_level], pa.string()),
+            "human_id": pa.array(at_level, pa.int64()),
+            "level": pa.array([level] * len(at_level), pa.int64()),
+            "parent_id": pa.array([None if communities[i].parent is None else cids[communities[i].parent] for i in at_level], pa.string()),
+            "children_ids": pa.array([[cids[k] for k in communities[i].children] for i in at_level], pa.list_(pa.string())),
+            "entity_ids": pa.array([members[i] for i in at_level], pa.list_(pa.string())),
+            "relationship_ids": _lists(inside, rel_names),
+            "chunk_ids": _lists(chunks, chunk_names),
+            "size": pa.array([len(members[i]) for i in at_level], pa.int64()),
+            "graph_hash": pa.array([hashed] * len(at_level), pa.string()),
+        }).cast(tables.schema("communities").arrow)
 
 
 def _lists(codes: list[np.ndarray], names: pa.Array) -> pa.Array:

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids, memory, tables
 from graphwright.chunking import DOCUMENTS_PER_BATCH, Chunker
-from graphwright.cluster import cluster, graph_hash
+from graphwright.cluster import cluster_parts, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.costs import stage_cost
 from graphwright.embed import EmbedBatch, make_embedder, model_name
@@ -483,18 +483,16 @@ def stage_cluster(run: Run) -> dict:
         hashed = graph_hash(entities, relationships)
         unchanged = previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed
         if unchanged:  # same graph: keep the communities (a warm-started Leiden could still move nodes)
-            communities = previous
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             usage = {"worker_cpu_s": 0.0}
-            communities = cluster(entities, relationships, run.config.cluster, previous=previous,
-                                  workers=run.config.execution.driver_processes or os.cpu_count() or 1, usage=usage,
-                                  hashed=hashed)
+            parts = cluster_parts(entities, relationships, run.config.cluster, previous=previous,
+                                  workers=run.config.execution.driver_processes or os.cpu_count() or 1,
+                                  usage=usage, hashed=hashed)
+            diff = store.replace_parts_if_changed("communities", parts)
             m.update(usage)
-            diff = store.replace_if_changed("communities", communities)
-        levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
-        per_level = {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
-        m.update(rows_in=entities.num_rows, rows_out=communities.num_rows, engine=run.config.cluster.engine,
+        per_level = _per_level(store.read("communities", columns=["level"]))
+        m.update(rows_in=entities.num_rows, rows_out=sum(per_level.values()), engine=run.config.cluster.engine,
                  per_level=per_level, changes=diff, work_unit="graph", work_done=0 if unchanged else 1, work_total=1,
                  gpus=_gpus(run.config, "cluster"))
         return {"per_level": per_level, "changes": diff}
@@ -503,6 +501,11 @@ def stage_cluster(run: Run) -> dict:
 class TooManyReportFailures(TooManyFailures):
     """More LLM reports failed than report.max_failed_fraction allows; nothing was published. The
     reports that succeeded are in the LLM cache, so the next run does not pay for them again."""
+
+
+def _per_level(communities: pa.Table) -> dict[int, int]:
+    levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
+    return {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
 
 
 def stage_report(run: Run) -> dict:

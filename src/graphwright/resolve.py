@@ -263,7 +263,7 @@ def _conform(table: pa.Table, name: str) -> pa.Table:
     return table.select(schema.names).cast(schema)
 
 
-PART_ROWS = 4_000_000  # assertions per relationship part: ~1 GB of transient arrays at most
+PART_ROWS = 4_000_000  # mentions or assertions per part (and per slice where rows are coded): ~1 GB of transient arrays
 
 
 @dataclass

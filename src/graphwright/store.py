@@ -9,6 +9,7 @@ into a failure; QueryBuilder reads did not in our trials.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -16,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
@@ -30,7 +30,7 @@ def sql_list(values) -> str:
 
 
 IN_LIST_KEYS = 5000  # above this many keys, IndexStore.rows_in scans the table once instead
-DIGEST_ROWS = 8192  # rows per slice in row_digests
+DIGEST_ROWS, DIGEST_ITEMS = 8192, 1_000_000  # rows and list items per slice in row_digests
 
 
 def read_in(read: Callable[..., pa.Table], name: str, column: str, values, columns: list[str]) -> pa.Table:
@@ -70,11 +70,24 @@ def row_digests(table: pa.Table, key: tuple[str, ...]) -> pa.Table:
     answers row_diff over the rows themselves, for tables too large to hold twice. Digests come
     from Python's string hash, so they only compare within one process."""
     digest = np.empty(table.num_rows, dtype=np.int64)
-    for start in range(0, table.num_rows, DIGEST_ROWS):  # a slice at a time: rows joined as text are large
-        rows = table.slice(start, DIGEST_ROWS)
+    for start, stop in _digest_slices(table):  # rows joined as text are large: a slice at a time
+        rows = table.slice(start, stop - start)
         text = pc.binary_join_element_wise(*(_as_text(rows.column(c)) for c in rows.column_names), "\x1f")
-        digest[start:start + rows.num_rows] = [hash(t) for t in text.to_pylist()]
+        digest[start:stop] = [hash(t) for t in text.to_pylist()]
     return table.select(list(key)).append_column("__digest", pa.array(digest, pa.int64()))
+
+
+def _digest_slices(table: pa.Table) -> list[tuple[int, int]]:
+    """Row ranges of at most DIGEST_ROWS rows and, where rows hold lists, about DIGEST_ITEMS list
+    items (a communities table lists a million chunks in one row)."""
+    size = np.ones(table.num_rows, dtype=np.int64)
+    for column in table.itercolumns():
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            size += pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
+    ends = np.cumsum(size)
+    cuts = np.searchsorted(ends, np.arange(DIGEST_ITEMS, int(ends[-1]) if len(ends) else 0, DIGEST_ITEMS), side="right")
+    bounds = np.unique(np.concatenate([[0, table.num_rows], np.arange(0, table.num_rows, DIGEST_ROWS), cuts]))
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
 
 
 def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -301,7 +314,8 @@ class IndexStore:
             if diff["added"] or diff["removed"] or diff["changed"] or not self.exists(name):
                 self._writing(name)
                 self.ensure(name)
-                reader = ds.dataset(files, schema=schema.arrow, format="parquet").scanner().to_reader()
+                batches = (batch for path in files for batch in pq.ParquetFile(path).iter_batches())  # one at a time
+                reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
                 write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options)
         return diff
 
