@@ -10,7 +10,10 @@ into a failure; QueryBuilder reads did not in our trials.
 from __future__ import annotations
 
 import itertools
+import json
 import tempfile
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction
 
 from graphwright import storage, tables
 
@@ -313,11 +317,29 @@ class IndexStore:
             diff = row_diff(old, new, (*schema.primary_key,))
             if diff["added"] or diff["removed"] or diff["changed"] or not self.exists(name):
                 self._writing(name)
-                self.ensure(name)
-                batches = (batch for path in files for batch in pq.ParquetFile(path).iter_batches())  # one at a time
-                reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
-                write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options)
+                dt = self.ensure(name)
+                if schema.partition_by:
+                    batches = (batch for path in files for batch in pq.ParquetFile(path).iter_batches())
+                    reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
+                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options)
+                else:
+                    self._commit_files(dt, name, files)
         return diff
+
+    def _commit_files(self, dt: DeltaTable, name: str, files: list[str]) -> None:
+        """Overwrite a table with Parquet files already written, in one Delta commit. (Given the
+        same rows as a stream, write_deltalake held ~2.7x their Arrow size: 5.5 GB for 2 GB of
+        communities.) The files are uploaded first; the commit makes them the table."""
+        import obstore
+
+        table_files, actions, batch = storage.open_store(self.path(name), self.storage_options), [], uuid.uuid4().hex
+        for i, local in enumerate(files):
+            relative = f"part-{i:05d}-{batch}.parquet"  # a file name, not an id: unique per write
+            obstore.put(table_files, relative, Path(local))
+            rows = pq.ParquetFile(local).metadata.num_rows
+            actions.append(AddAction(relative, Path(local).stat().st_size, {}, int(time.time() * 1000), True,
+                                     json.dumps({"numRecords": rows})))
+        dt.create_write_transaction(actions, mode="overwrite", schema=tables.schema(name).arrow)
 
     def delete(self, name: str, where: str) -> int:
         """Delete the rows matching a SQL predicate; returns how many were deleted."""
