@@ -261,3 +261,10 @@ def test_replace_parts_if_changed_with_no_parts_creates_an_empty_table(store):
     version = store.version("relationships")
     assert _unchanged(store.replace_parts_if_changed("relationships", iter(())))
     assert store.version("relationships") == version
+
+
+def test_replace_parts_if_changed_rejects_a_key_repeated_across_parts(store):
+    table = _relationships(10, 3)
+    with pytest.raises(SchemaError, match="repeat a primary key"):
+        store.replace_parts_if_changed("relationships", [table.slice(0, 6), table.slice(4, 6)])
+    assert not store.exists("relationships") or store.count("relationships") == 0

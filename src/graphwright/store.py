@@ -302,7 +302,7 @@ class IndexStore:
         """replace_if_changed for a table given a part at a time (never whole in memory). Each
         part is validated and spilled to a local Parquet file; the diff compares row digests
         with a streamed scan of the current table (which is never read whole either); if
-        anything changed, the spilled parts are streamed into one overwrite commit."""
+        anything changed, the spilled files become the table in one Delta commit."""
         schema = tables.schema(name)
         with tempfile.TemporaryDirectory(prefix=f"graphwright-{name}-") as spill:
             files, digests = [], [row_digests(schema.arrow.empty_table(), schema.primary_key)]
@@ -312,6 +312,8 @@ class IndexStore:
                 pq.write_table(data, files[-1])
                 digests.append(row_digests(data, schema.primary_key))
             new = pa.concat_tables(digests)
+            if pc.count_distinct(_key_column(new, schema.primary_key)).as_py() != new.num_rows:
+                raise tables.SchemaError(f"table {name}: its parts repeat a primary key {list(schema.primary_key)}")
             old = pa.concat_tables([digests[0], *(row_digests(pa.Table.from_batches([batch]), schema.primary_key)
                                                   for batch in self.scanner(name)(schema.arrow.names))])
             diff = row_diff(old, new, (*schema.primary_key,))
