@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids, tables
 from graphwright.config import ClusterConfig
-from graphwright.numeric import sorted_codes, to_numpy, unique
+from graphwright.numeric import distinct_lists, sorted_codes, to_numpy
 
 
 def _igraph(n: int, edges: np.ndarray):
@@ -399,8 +399,6 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
         for k, i in enumerate(at_level):
             label[communities[i].members] = k
         a, b = label[src_a], label[tgt_a]
-        inside = _codes_by_label(np.where(a == b, a, -1), rel_codes, len(at_level))
-        chunks = _codes_by_label(label[chunk_owner], chunk_codes, len(at_level))
         yield pa.table({
             "community_id": pa.array([cids[i] for i in at_level], pa.string()),
             "human_id": pa.array(at_level, pa.int64()),
@@ -408,18 +406,11 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
             "parent_id": pa.array([None if communities[i].parent is None else cids[communities[i].parent] for i in at_level], pa.string()),
             "children_ids": pa.array([[cids[k] for k in communities[i].children] for i in at_level], pa.list_(pa.string())),
             "entity_ids": pa.array([members[i] for i in at_level], pa.list_(pa.string())),
-            "relationship_ids": _lists(inside, rel_names),
-            "chunk_ids": _lists(chunks, chunk_names),
+            "relationship_ids": distinct_lists(np.where(a == b, a, -1), rel_codes, rel_names, len(at_level)),
+            "chunk_ids": distinct_lists(label[chunk_owner], chunk_codes, chunk_names, len(at_level)),
             "size": pa.array([len(members[i]) for i in at_level], pa.int64()),
             "graph_hash": pa.array([hashed] * len(at_level), pa.string()),
         }).cast(tables.schema("communities").arrow)
-
-
-def _lists(codes: list[np.ndarray], names: pa.Array) -> pa.Array:
-    """A list column: row i holds names[codes[i]]."""
-    offsets = np.r_[0, np.cumsum([len(c) for c in codes])].astype(np.int32)
-    values = np.concatenate(codes) if codes else np.empty(0, np.int64)
-    return pa.ListArray.from_arrays(pa.array(offsets), names.take(pa.array(values, pa.int64())))
 
 
 def _positions(names: pa.ChunkedArray, entity_ids: list[str]) -> np.ndarray:
@@ -428,15 +419,6 @@ def _positions(names: pa.ChunkedArray, entity_ids: list[str]) -> np.ndarray:
     if found.null_count:
         raise KeyError(f"{names.filter(pc.is_null(found))[0]} is not in the entities table")
     return to_numpy(found, np.int64)
-
-
-def _codes_by_label(labels: np.ndarray, codes: np.ndarray, count: int) -> list[np.ndarray]:
-    """For each label 0..count-1, the sorted distinct codes that come with it (label -1: none)."""
-    keep = labels >= 0
-    width = int(codes.max()) + 1 if len(codes) else 1
-    pairs = unique(labels[keep] * width + codes[keep])
-    bounds = np.searchsorted(pairs // width, np.arange(count + 1))
-    return [pairs[bounds[k]:bounds[k + 1]] % width for k in range(count)]
 
 
 def modularity(n: int, edges: np.ndarray, weights: np.ndarray, membership: np.ndarray) -> float:

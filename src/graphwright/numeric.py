@@ -14,6 +14,18 @@ def unique(values: np.ndarray) -> np.ndarray:
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
 
 
+def distinct_lists(group: np.ndarray, codes: np.ndarray, values: pa.Array, n_groups: int) -> pa.ListArray:
+    """Per group 0..n_groups-1, the distinct values its rows carry, in sorted order (`codes`
+    index `values` and sort as they do; a row of group -1 belongs to none)."""
+    keep = group >= 0
+    if not keep.all():
+        group, codes = group[keep], codes[keep]
+    width = len(values) or 1
+    pairs = unique(group * width + codes)
+    offsets = np.searchsorted(pairs // width, np.arange(n_groups + 1))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(pairs % width)))
+
+
 def to_numpy(column, dtype) -> np.ndarray:
     """An Arrow array or chunked array as numpy, in `dtype` (a view when Arrow's buffer allows)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

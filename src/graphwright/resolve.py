@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from graphwright import ids, memory, tables
 from graphwright.config import ResolveConfig
 from graphwright.names import normalize_name, resolution_key
-from graphwright.numeric import to_numpy, unique
+from graphwright.numeric import distinct_lists, to_numpy, unique
 from graphwright.resolve_candidates import candidate_pairs
 from graphwright.resolve_clusters import coherent_clusters
 from graphwright.resolve_scoring import CodeSet, KeyProfile, PairEvidence, PairScorer
@@ -225,8 +225,8 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
         "description": pa.concat_arrays([pa.array([], pa.string()), *descriptions]),
         "mention_count": pa.array(np.bincount(m_entity, weights=m["count"], minlength=n_entities).astype(np.int64)),
         "degree": pa.array(np.bincount(np.concatenate([rel_lo, rel_hi]), minlength=n_entities).astype(np.int64)),
-        "chunk_ids": _distinct_lists(m_entity, m["chunk_id"], chunk_names, n_entities),
-        "doc_ids": _distinct_lists(m_entity, m["doc_id"], doc_names, n_entities),
+        "chunk_ids": distinct_lists(m_entity, m["chunk_id"], chunk_names, n_entities),
+        "doc_ids": distinct_lists(m_entity, m["doc_id"], doc_names, n_entities),
     })
     aliases = _alias_table(names, m["name"], m["count"], keys, canonical, accepted, entity_ids, entity_of_key)
     del m, m_key, m_entity
@@ -328,8 +328,8 @@ def _relationship_parts(scan: Scan, a: dict[str, np.ndarray], parts: _Parts, end
             "target": ends.entity_names.take(hi),
             "description": rel_plan.merge(texts),
             "weight": pa.array(np.bincount(local, weights=a["weight"][sel], minlength=k), pa.float64()),
-            "chunk_ids": _distinct_lists(local, a["chunk_id"][sel], chunk_names, k),
-            "doc_ids": _distinct_lists(local, a["doc_id"][sel], doc_names, k),
+            "chunk_ids": distinct_lists(local, a["chunk_id"][sel], chunk_names, k),
+            "doc_ids": distinct_lists(local, a["doc_id"][sel], doc_names, k),
         })
         if overflow is not None:
             names = part.column("source").to_pylist(), part.column("target").to_pylist()
@@ -580,14 +580,6 @@ def _types(m_entity, m_type, m_count, type_names: list[str], n: int) -> dict[str
         types[e].append((-c, type_names[t] == "ENTITY", type_names[t]))
     ordered = [[t for *_, t in sorted(ts)] for ts in types]
     return {"type": pa.array([ts[0] for ts in ordered], pa.string()), "types": pa.array(ordered, pa.list_(pa.string()))}
-
-
-def _distinct_lists(group: np.ndarray, codes: np.ndarray, values: pa.Array, n_groups: int) -> pa.Array:
-    """Per group, its distinct values in sorted order (codes sort as the values do)."""
-    width = len(values) or 1
-    pairs = unique(group * width + codes)
-    offsets = np.searchsorted(pairs // width, np.arange(n_groups + 1))
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(pairs % width)))
 
 
 def _alias_table(names: _Dictionary, m_name, m_count, keys, canonical, accepted, entity_ids, entity_of_key) -> pa.Table:
