@@ -555,25 +555,24 @@ def stage_report(run: Run) -> dict:
 
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
     """The communities with the length of their chunk lists instead of the lists (each chunk is
-    in every community its entities are in, at every level: the table's bulk), read a batch at a time."""
-    columns = tables.schema("communities").arrow.names
-    parts = [pa.Table.from_batches([batch]).drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(batch.column("chunk_ids")))
-             for batch in store.scanner("communities")(columns)]
-    keep = [c for c in columns if c != "chunk_ids"]
-    return pa.concat_tables(parts) if parts else tables.schema("communities").arrow.empty_table().select(keep).append_column(
-        "n_chunks", pa.array([], pa.int32()))
+    in every community its entities are in, at every level: the table's bulk)."""
+    return _read_replacing(store, "communities", tables.schema("communities").arrow.names, "chunk_ids", "n_chunks",
+                           pc.list_value_length)
 
 
 def _relationships_without_descriptions(store: IndexStore) -> pa.Table:
-    """The relationships with whether each has a description instead of the description, read
-    a batch at a time (reports read the descriptions of the few relationships they show)."""
-    columns = ["relationship_id", "source", "target", "weight", "description"]
-    parts = [pa.Table.from_batches([batch]).drop_columns(["description"]).append_column(
-        "described", pc.fill_null(pc.greater(pc.utf8_length(batch.column("description")), 0), False))
-        for batch in store.scanner("relationships")(columns)]
-    empty = pa.table({"relationship_id": pa.array([], pa.string()), "source": pa.array([], pa.string()),
-                      "target": pa.array([], pa.string()), "weight": pa.array([], pa.float64()), "described": pa.array([], pa.bool_())})
-    return pa.concat_tables(parts) if parts else empty
+    """The relationships with whether each has a description instead of the description
+    (reports read the descriptions of the few relationships they show)."""
+    return _read_replacing(store, "relationships", ["relationship_id", "source", "target", "weight", "description"],
+                           "description", "described", lambda d: pc.fill_null(pc.greater(pc.utf8_length(d), 0), False))
+
+
+def _read_replacing(store: IndexStore, name: str, columns: list[str], column: str, into: str, derive) -> pa.Table:
+    """`columns` of a table, read a batch at a time, with `column` replaced by `into` = derive(column)."""
+    schema = tables.schema(name).arrow
+    batches = list(store.scanner(name)(columns)) or [pa.schema([schema.field(c) for c in columns]).empty_table()]
+    return pa.concat_tables(pa.table(batch).drop_columns([column]).append_column(into, derive(batch.column(column)))
+                            for batch in batches)
 
 
 def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:

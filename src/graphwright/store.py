@@ -86,7 +86,7 @@ def _digest_slices(table: pa.Table) -> list[tuple[int, int]]:
     items (a communities table lists a million chunks in one row)."""
     size = np.ones(table.num_rows, dtype=np.int64)
     for column in table.itercolumns():
-        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        if _is_list(column.type):
             size += pc.fill_null(pc.list_value_length(column), 0).to_numpy().astype(np.int64)
     ends = np.cumsum(size)
     cuts = np.searchsorted(ends, np.arange(DIGEST_ITEMS, int(ends[-1]) if len(ends) else 0, DIGEST_ITEMS), side="right")
@@ -96,9 +96,13 @@ def _digest_slices(table: pa.Table) -> list[tuple[int, int]]:
 
 def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A column as strings, nulls as "\\x00"; a list as its elements joined by "\\x1e"."""
-    if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+    if _is_list(column.type):
         column = pc.binary_join(column.cast(pa.list_(pa.string())), "\x1e")
     return pc.fill_null(column.cast(pa.string()), "\x00")
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
 def _key_column(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
@@ -109,7 +113,7 @@ def _key_column(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
 def _same_values(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Per row, whether a and b hold the same value (nulls equal nulls; lists element by element)."""
     both_null = np.asarray(pc.and_(pc.is_null(a), pc.is_null(b)))
-    if pa.types.is_list(a.type) or pa.types.is_large_list(a.type):
+    if _is_list(a.type):
         same = both_null | np.asarray(pc.fill_null(pc.equal(pc.list_value_length(a), pc.list_value_length(b)), False))
         rows = np.flatnonzero(same & ~both_null)  # equal lengths: their elements line up
         if len(rows):
@@ -308,8 +312,8 @@ class IndexStore:
             files, digests = [], [row_digests(schema.arrow.empty_table(), schema.primary_key)]
             for i, part in enumerate(parts):
                 data = schema.validate(part)
-                files.append(f"{spill}/{i:06d}.parquet")
-                pq.write_table(data, files[-1])
+                files.append((f"{spill}/{i:06d}.parquet", data.num_rows))
+                pq.write_table(data, files[-1][0])
                 digests.append(row_digests(data, schema.primary_key))
             new = pa.concat_tables(digests)
             if pc.count_distinct(_key_column(new, schema.primary_key)).as_py() != new.num_rows:
@@ -321,24 +325,23 @@ class IndexStore:
                 self._writing(name)
                 dt = self.ensure(name)
                 if schema.partition_by:
-                    batches = (batch for path in files for batch in pq.ParquetFile(path).iter_batches())
+                    batches = (batch for path, _ in files for batch in pq.ParquetFile(path).iter_batches())
                     reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
                     write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options)
                 else:
                     self._commit_files(dt, name, files)
         return diff
 
-    def _commit_files(self, dt: DeltaTable, name: str, files: list[str]) -> None:
-        """Overwrite a table with Parquet files already written, in one Delta commit. (Given the
-        same rows as a stream, write_deltalake held ~2.7x their Arrow size: 5.5 GB for 2 GB of
-        communities.) The files are uploaded first; the commit makes them the table."""
+    def _commit_files(self, dt: DeltaTable, name: str, files: list[tuple[str, int]]) -> None:
+        """Overwrite a table with Parquet files already written, given as (path, rows), in one Delta
+        commit. (Given the same rows as a stream, write_deltalake held ~2.7x their Arrow size:
+        5.5 GB for 2 GB of communities.) The files are uploaded first; the commit makes them the table."""
         import obstore
 
         table_files, actions, batch = storage.open_store(self.path(name), self.storage_options), [], uuid.uuid4().hex
-        for i, local in enumerate(files):
+        for i, (local, rows) in enumerate(files):
             relative = f"part-{i:05d}-{batch}.parquet"  # a file name, not an id: unique per write
             obstore.put(table_files, relative, Path(local))
-            rows = pq.ParquetFile(local).metadata.num_rows
             actions.append(AddAction(relative, Path(local).stat().st_size, {}, int(time.time() * 1000), True,
                                      json.dumps({"numRecords": rows})))
         dt.create_write_transaction(actions, mode="overwrite", schema=tables.schema(name).arrow)
