@@ -2,10 +2,12 @@
 `hierarchical_leiden` (what Microsoft GraphRAG uses) on the same seeded graphs.
 
     nice -n 10 python bench/leiden_scale.py --nodes 200000 --degree 10 [--max-cluster-size 25] [--engine igraph]
+    python bench/leiden_scale.py --index /tmp/gw-scale/index-1000000 --engine networkit --iterations 2
 
 The graph is a degree-corrected planted partition (LFR-like): power-law community sizes and
 power-law node degrees, a share `--mixing` of each node's edges leaving its community, positive
-weights. Isolated nodes are dropped, so both libraries see the same node set.
+weights. Isolated nodes are dropped, so both libraries see the same node set. `--index` reads the
+entity graph of a built index instead (bench/pipeline_scale.py builds them).
 
 Prints, for each side: wall and CPU seconds of the clustering call (graspologic's input conversion to string
 tuples is timed apart), communities at the top level and at the leaves, and the weighted
@@ -61,6 +63,20 @@ def planted_graph(nodes: int, degree: float, mixing: float, seed: int) -> tuple[
     return len(used), edges.reshape(-1, 2).astype(np.int64), weights
 
 
+def index_graph(index: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """The entity graph of a built index, as the cluster stage sees it, less its isolated entities
+    (graspologic only sees nodes with edges)."""
+    from graphwright.cluster import _positions
+    from graphwright.store import IndexStore
+
+    store = IndexStore(index)
+    entity_ids = sorted(store.read("entities", columns=["entity_id"]).column("entity_id").to_pylist())
+    rels = store.read("relationships", columns=["source_id", "target_id", "weight"])
+    edges = np.column_stack([_positions(rels.column(c), entity_ids) for c in ("source_id", "target_id")])
+    used, edges = np.unique(edges, return_inverse=True)
+    return len(used), edges.reshape(-1, 2).astype(np.int64), rels.column("weight").to_numpy()
+
+
 def memberships(n: int, rows) -> tuple[np.ndarray, np.ndarray]:
     """Top-level and leaf labels per node from (level, members, is_leaf) rows."""
     top, leaf = np.full(n, -1), np.full(n, -1)
@@ -73,11 +89,11 @@ def memberships(n: int, rows) -> tuple[np.ndarray, np.ndarray]:
     return top, leaf
 
 
-def run_ours(n, edges, weights, max_size, seed, engine, iterations, workers):
+def run_ours(n, edges, weights, max_size, seed, engine, iterations, workers, threads):
     cfg = ClusterConfig(max_cluster_size=max_size, seed=seed, engine=engine, n_iterations=iterations)
     usage = {"worker_cpu_s": 0.0}
     started, cpu = time.perf_counter(), time.process_time()
-    communities = hierarchical_leiden(n, edges, weights, cfg, make_engine(engine), workers=workers, usage=usage)
+    communities = hierarchical_leiden(n, edges, weights, cfg, make_engine(engine, threads), workers=workers, usage=usage)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu + usage["worker_cpu_s"]
     return seconds, cpu, 0.0, memberships(n, [(c.level, c.members, not c.children) for c in communities])
 
@@ -105,6 +121,7 @@ def run_graspologic(n, edges, weights, max_size, seed):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--index", help="cluster the entity graph of this index instead of a generated graph")
     parser.add_argument("--nodes", type=int, default=200_000)
     parser.add_argument("--degree", type=float, default=10.0, help="mean degree (edges = nodes * degree / 2)")
     parser.add_argument("--mixing", type=float, default=0.3)
@@ -114,16 +131,24 @@ def main() -> int:
     parser.add_argument("--iterations", default=str(ClusterConfig().n_iterations),
                         help="our n_iterations; a comma-separated list runs ours once per value")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="processes for our levels below the top")
+    parser.add_argument("--threads", type=int, default=1, help="networkit's threads for the top level")
     parser.add_argument("--sides", default="ours,graspologic")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     started = time.perf_counter()
-    n, edges, weights = planted_graph(args.nodes, args.degree, args.mixing, args.seed)
-    print(f"graph: {n} nodes, {len(edges)} edges, mixing {args.mixing}, seed {args.seed} "
-          f"(generated in {time.perf_counter() - started:.1f} s); max_cluster_size {args.max_cluster_size}")
+    if args.index:
+        n, edges, weights = index_graph(args.index)
+        print(f"graph: {n} entities, {len(edges)} relationships of {args.index} "
+              f"(read in {time.perf_counter() - started:.1f} s); max_cluster_size {args.max_cluster_size}")
+    else:
+        n, edges, weights = planted_graph(args.nodes, args.degree, args.mixing, args.seed)
+        print(f"graph: {n} nodes, {len(edges)} edges, mixing {args.mixing}, seed {args.seed} "
+              f"(generated in {time.perf_counter() - started:.1f} s); max_cluster_size {args.max_cluster_size}")
     import graspologic_native  # noqa: F401  (imports are outside every timing)
     import igraph  # noqa: F401
+    if args.engine == "networkit":
+        import networkit  # noqa: F401
 
     results = {}
     runs = [("ours", int(i)) for i in args.iterations.split(",")] if "ours" in args.sides else []
@@ -131,8 +156,8 @@ def main() -> int:
     for side, iterations in runs:
         if side == "ours":
             seconds, cpu, convert, (top, leaf) = run_ours(n, edges, weights, args.max_cluster_size, args.seed,
-                                                          args.engine, iterations, args.workers)
-            side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}"
+                                                          args.engine, iterations, args.workers, args.threads)
+            side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}" + (f"/t{args.threads}" if args.engine == "networkit" else "")
         else:
             seconds, cpu, convert, (top, leaf) = run_graspologic(n, edges, weights, args.max_cluster_size, args.seed)
             side = "graspologic-native"

@@ -96,11 +96,16 @@ class LeidenalgEngine:
         return np.asarray(part.membership, dtype=np.int64)
 
 
-def make_engine(name: str):
+def make_engine(name: str, threads: int = 1):
+    """The engine called `name`; `threads`: networkit's threads for the top level."""
     if name == "igraph":
         return IgraphEngine()
     if name == "leidenalg":
         return LeidenalgEngine()
+    if name == "networkit":
+        from graphwright.cluster_networkit import NetworkitEngine
+
+        return NetworkitEngine(threads)
     if name == "cugraph":
         from graphwright.cluster_gpu import CugraphEngine
 
@@ -227,7 +232,7 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     run per bin of their disjoint union, each by its own modularity; bins run in `workers`
     processes; their CPU seconds go to usage["worker_cpu_s"]), then the result is listed
     depth-first, each community followed by its descendants."""
-    with _pool(workers, len(edges)) as pool:
+    with _pool(workers, len(edges), getattr(engine, "preload", ())) as pool:
         levels = _levels(n, edges, weights, config, engine, initial, pool, usage)
     if not levels:
         return []
@@ -252,14 +257,15 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
 
 
 @contextmanager
-def _pool(workers: int, edges: int):
-    """Processes for the bins of a level, when there is more than one bin to run."""
+def _pool(workers: int, edges: int, preload=()):
+    """Processes for the bins of a level, when there is more than one bin to run; `preload`: the
+    engine's modules, imported once by the forkserver while the top level runs on the driver."""
     if workers <= 1 or edges <= BIN_EDGES:
         yield None
         return
     # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["graphwright.cluster"])
+    context.set_forkserver_preload(["graphwright.cluster", *preload])
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         for _ in range(workers):  # start the processes now, while the top level runs on the driver
             pool.submit(int)
@@ -273,7 +279,7 @@ def _levels(n, edges, weights, config: ClusterConfig, engine, initial, pool, usa
     if not n:
         return []
     # igraph indexes sorted edges about twice as fast; every level below keeps this order
-    order = np.argsort(edges[:, 0] * n + edges[:, 1], kind="stable")
+    order = np.argsort(edges[:, 0] * n + edges[:, 1])  # distinct pairs: no ties to keep stable
     edges, weights = edges[order], weights[order]
     options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
 
@@ -370,7 +376,7 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
                   hashed: str | None = None) -> Iterator[pa.Table]:
     """cluster()'s rows a level at a time (their chunk lists are the table's bulk: each chunk is
     in every community its entities are in, at every level)."""
-    engine = engine or make_engine(config.engine)
+    engine = engine or make_engine(config.engine, config.threads)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
     edges = np.column_stack([src, tgt])

@@ -103,7 +103,11 @@ class ResolveConfig(_Section):
 
 
 class ClusterConfig(_Section):
-    engine: Literal["igraph", "leidenalg", "cugraph"] = "igraph"  # cugraph: the [gpu] extra
+    # networkit: ParallelLeiden for the top level, the fastest CPU engine on millions of edges
+    # (README, Scale); a warm start still runs on igraph. cugraph: the [gpu] extra.
+    engine: Literal["igraph", "leidenalg", "networkit", "cugraph"] = "igraph"
+    # networkit's threads for the top level: more is faster, but two runs may then differ
+    threads: int = Field(1, ge=1)
     max_cluster_size: int = Field(25, ge=2)
     resolution: float = Field(1.0, gt=0)
     seed: int = 42
