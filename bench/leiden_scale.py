@@ -2,7 +2,7 @@
 `hierarchical_leiden` (what Microsoft GraphRAG uses) on the same seeded graphs.
 
     nice -n 10 python bench/leiden_scale.py --nodes 200000 --degree 10 [--max-cluster-size 25] [--engine igraph]
-    python bench/leiden_scale.py --index /tmp/gw-scale/index-1000000 --engine networkit --iterations 2
+    python bench/leiden_scale.py --index /tmp/gw-scale/index-1000000 --iterations 1
 
 The graph is a degree-corrected planted partition (LFR-like): power-law community sizes and
 power-law node degrees, a share `--mixing` of each node's edges leaving its community, positive
@@ -89,11 +89,11 @@ def memberships(n: int, rows) -> tuple[np.ndarray, np.ndarray]:
     return top, leaf
 
 
-def run_ours(n, edges, weights, max_size, seed, engine, iterations, workers, threads):
+def run_ours(n, edges, weights, max_size, seed, engine, iterations, workers):
     cfg = ClusterConfig(max_cluster_size=max_size, seed=seed, engine=engine, n_iterations=iterations)
     usage = {"worker_cpu_s": 0.0}
     started, cpu = time.perf_counter(), time.process_time()
-    communities = hierarchical_leiden(n, edges, weights, cfg, make_engine(engine, threads), workers=workers, usage=usage)
+    communities = hierarchical_leiden(n, edges, weights, cfg, make_engine(engine), workers=workers, usage=usage)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu + usage["worker_cpu_s"]
     return seconds, cpu, 0.0, memberships(n, [(c.level, c.members, not c.children) for c in communities])
 
@@ -131,7 +131,6 @@ def main() -> int:
     parser.add_argument("--iterations", default=str(ClusterConfig().n_iterations),
                         help="our n_iterations; a comma-separated list runs ours once per value")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="processes for our levels below the top")
-    parser.add_argument("--threads", type=int, default=1, help="networkit's threads for the top level")
     parser.add_argument("--sides", default="ours,graspologic")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -147,8 +146,6 @@ def main() -> int:
               f"(generated in {time.perf_counter() - started:.1f} s); max_cluster_size {args.max_cluster_size}")
     import graspologic_native  # noqa: F401  (imports are outside every timing)
     import igraph  # noqa: F401
-    if args.engine == "networkit":
-        import networkit  # noqa: F401
 
     results = {}
     runs = [("ours", int(i)) for i in args.iterations.split(",")] if "ours" in args.sides else []
@@ -156,8 +153,8 @@ def main() -> int:
     for side, iterations in runs:
         if side == "ours":
             seconds, cpu, convert, (top, leaf) = run_ours(n, edges, weights, args.max_cluster_size, args.seed,
-                                                          args.engine, iterations, args.workers, args.threads)
-            side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}" + (f"/t{args.threads}" if args.engine == "networkit" else "")
+                                                          args.engine, iterations, args.workers)
+            side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}"
         else:
             seconds, cpu, convert, (top, leaf) = run_graspologic(n, edges, weights, args.max_cluster_size, args.seed)
             side = "graspologic-native"

@@ -96,16 +96,11 @@ class LeidenalgEngine:
         return np.asarray(part.membership, dtype=np.int64)
 
 
-def make_engine(name: str, threads: int = 1):
-    """The engine called `name`; `threads`: networkit's threads for the top level."""
+def make_engine(name: str):
     if name == "igraph":
         return IgraphEngine()
     if name == "leidenalg":
         return LeidenalgEngine()
-    if name == "networkit":
-        from graphwright.cluster_networkit import NetworkitEngine
-
-        return NetworkitEngine(threads)
     if name == "cugraph":
         from graphwright.cluster_gpu import CugraphEngine
 
@@ -118,6 +113,10 @@ def make_engine(name: str, threads: int = 1):
 # so the hierarchy is the same on a laptop and on a 64-core driver; a graph below one bin is
 # partitioned exactly as one engine call would.
 BIN_EDGES = 500_000
+# A pool only for graphs above this many bins' worth of edges: its processes take about a second
+# to start, and below that the top level ends first and the pool makes the whole slower
+# (bench/leiden_scale.py, 200k nodes / 1M edges: 3.0 s alone, 3.6 s with two processes).
+POOL_MIN_BINS = 4
 
 
 def partition_groups(engine, n: int, edges: np.ndarray, weights: np.ndarray, groups: np.ndarray, *,
@@ -232,7 +231,7 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     run per bin of their disjoint union, each by its own modularity; bins run in `workers`
     processes; their CPU seconds go to usage["worker_cpu_s"]), then the result is listed
     depth-first, each community followed by its descendants."""
-    with _pool(workers, len(edges), getattr(engine, "preload", ())) as pool:
+    with _pool(workers, len(edges)) as pool:
         levels = _levels(n, edges, weights, config, engine, initial, pool, usage)
     if not levels:
         return []
@@ -257,15 +256,14 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
 
 
 @contextmanager
-def _pool(workers: int, edges: int, preload=()):
-    """Processes for the bins of a level, when there is more than one bin to run; `preload`: the
-    engine's modules, imported once by the forkserver while the top level runs on the driver."""
-    if workers <= 1 or edges <= BIN_EDGES:
+def _pool(workers: int, edges: int):
+    """Processes for the bins of a level, when the graph is large enough to repay starting them."""
+    if workers <= 1 or edges <= POOL_MIN_BINS * BIN_EDGES:
         yield None
         return
     # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["graphwright.cluster", *preload])
+    context.set_forkserver_preload(["graphwright.cluster"])
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         for _ in range(workers):  # start the processes now, while the top level runs on the driver
             pool.submit(int)
@@ -376,7 +374,7 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
                   hashed: str | None = None) -> Iterator[pa.Table]:
     """cluster()'s rows a level at a time (their chunk lists are the table's bulk: each chunk is
     in every community its entities are in, at every level)."""
-    engine = engine or make_engine(config.engine, config.threads)
+    engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
     edges = np.column_stack([src, tgt])

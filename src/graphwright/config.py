@@ -103,11 +103,7 @@ class ResolveConfig(_Section):
 
 
 class ClusterConfig(_Section):
-    # networkit: ParallelLeiden for the top level, the fastest CPU engine on millions of edges
-    # (README, Scale); a warm start still runs on igraph. cugraph: the [gpu] extra.
-    engine: Literal["igraph", "leidenalg", "networkit", "cugraph"] = "igraph"
-    # networkit's threads for the top level: more is faster, but two runs may then differ
-    threads: int = Field(1, ge=1)
+    engine: Literal["igraph", "leidenalg", "cugraph"] = "igraph"  # cugraph: the [gpu] extra
     max_cluster_size: int = Field(25, ge=2)
     resolution: float = Field(1.0, gt=0)
     seed: int = 42
