@@ -10,9 +10,12 @@ splits of one level are a few engine runs (igraph: CPM with per-graph node weigh
 of about BIN_EDGES edges, spread over a process pool; other engines get one call per community.
 Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
 
-Measured with bench/leiden_scale.py on 1M nodes / 5M edges (n_iterations 1, as GraphRAG calls
-graspologic): 16.6 s with two processes, 17.6 s with one; graspologic-native 25.8 s. The top
-level (one igraph run, 8.2 s, plus 1.3 s to build the graph) cannot be split; the bins can.
+Measured with bench/leiden_scale.py (n_iterations 1, as GraphRAG calls graspologic), side by
+side with graspologic-native: 6.9 s against 15.9 s on the entity graph of a 1.2M-chunk index
+(52k entities, 5.2M relationships), 17.3 s against 37.5 s on a generated 1M-node / 5M-edge graph.
+The top level (one igraph run, 8-11 s there, plus 1.4 s to build the graph) cannot be split; the
+bins can. networkit's ParallelLeiden runs the top level in about 0.6x igraph's time, but does
+not always terminate (bench/networkit_leiden_check.py), so it is not an engine.
 """
 
 from __future__ import annotations
