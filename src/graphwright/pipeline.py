@@ -28,7 +28,7 @@ from graphwright.costs import stage_cost
 from graphwright.embed import EmbedBatch, make_embedder, model_name
 from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
-from graphwright.ingest import diff_documents, documents_table, read_sources
+from graphwright.ingest import diff_documents, read_documents_table
 from graphwright.lock import run_lock
 from graphwright.numeric import to_numpy
 from graphwright.progress import StageProgress, stderr_console
@@ -165,23 +165,22 @@ def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
 
 def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False) -> dict:
     with run.stage("ingest") as m:
-        batch = read_sources(sources)
-        for err in batch.errors:
+        incoming, errors, failed_sources = read_documents_table(sources, run.run_id)
+        for err in errors:
             run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
-        if batch.errors:
+        if errors:
             reasons: dict[str, list[str]] = {}
-            for e in batch.errors:  # one row per source: a file can have several problems
+            for e in errors:  # one row per source: a file can have several problems
                 reasons.setdefault(e.source, []).append(e.reason)
             run.store.upsert("source_errors", pa.Table.from_pylist(
                 [{"run_id": run.run_id, "source": s, "reason": "; ".join(r)} for s, r in reasons.items()]))
-        if not batch.documents:
+        if not incoming.num_rows:
             raise NothingToIndex(
                 f"no document could be read from {', '.join(map(str, sources))}"
-                + (f" ({len(batch.errors)} problem{'s' if len(batch.errors) > 1 else ''}, listed above)" if batch.errors else "")
+                + (f" ({len(errors)} problem{'s' if len(errors) > 1 else ''}, listed above)" if errors else "")
             )
-        incoming = documents_table(batch.documents, run.run_id)
         indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source", "title", "metadata"])
-        diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=batch.failed_sources)
+        diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=failed_sources)
         limit = run.config.ingest.max_delete_fraction
         share = _deleted_share(run.store, diff.deleted, indexed.num_rows)
         if diff.deleted and not force and share > limit:
@@ -192,13 +191,14 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
                 f"or --append to add documents without deleting any"
             )
         write = set(diff.new) | set(diff.changed) | set(diff.relabeled)
-        if write:
-            run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
+        if write:  # the whole table as it is when every document is written (a first load): no copy
+            run.store.upsert("documents", incoming if len(write) == incoming.num_rows else
+                             incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
         if diff.deleted:
             run.store.delete_in("documents", "doc_id", diff.deleted)
-        m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(batch.errors),
+        m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),
                  work_unit="documents", work_done=incoming.num_rows, work_total=incoming.num_rows)
-        return {"diff": diff.as_counts(), "errors": [vars(e) for e in batch.errors]}
+        return {"diff": diff.as_counts(), "errors": [vars(e) for e in errors]}
 
 
 def _deleted_share(store: IndexStore, deleted: list[str], n_indexed: int) -> float:
