@@ -206,14 +206,16 @@ def test_read_sources_skips_hidden_folders(tmp_path):
 
 
 @pytest.mark.parametrize("batch", [1, 2, 1000])
-def test_read_documents_table_equals_the_documents_read_one_by_one(mixed_folder, monkeypatch, batch):
+def test_document_tables_equal_the_documents_read_one_by_one(mixed_folder, monkeypatch, batch):
     from graphwright import ingest
 
-    monkeypatch.setattr(ingest, "TABLE_BATCH_DOCUMENTS", batch)  # with 1, the last batch is empty
-    table, errors, failed = ingest.read_documents_table([mixed_folder, mixed_folder / "a.txt"], "run-1")
+    monkeypatch.setattr(ingest, "TABLE_BATCH_DOCUMENTS", batch)
+    errors, failed = [], set()
+    parts = list(ingest.document_tables([mixed_folder, mixed_folder / "a.txt"], "run-1", errors, failed))
+    assert all(0 < p.num_rows <= batch for p in parts)
     whole = read_sources([mixed_folder, mixed_folder / "a.txt"])
-    assert table.equals(documents_table(whole.documents, "run-1"))
+    assert ingest.concat_documents(parts).equals(documents_table(whole.documents, "run-1"))
     assert errors == whole.errors and failed == whole.failed_sources
     assert any("duplicate document key 'a.txt'" in e.reason for e in errors)
-    empty = ingest.read_documents_table([mixed_folder / "missing.txt"], "run-1")[0]
-    assert empty.num_rows == 0 and empty.schema == table.schema
+    none = ingest.concat_documents(ingest.document_tables([mixed_folder / "missing.txt"], "run-1", [], set()))
+    assert none.num_rows == 0 and none.schema == parts[0].schema

@@ -268,3 +268,20 @@ def test_replace_parts_if_changed_rejects_a_key_repeated_across_parts(store):
     with pytest.raises(SchemaError, match="repeat a primary key"):
         store.replace_parts_if_changed("relationships", [table.slice(0, 6), table.slice(4, 6)])
     assert not store.exists("relationships") or store.count("relationships") == 0
+
+
+def test_append_parts_adds_every_part_in_one_commit(store):
+    store.upsert("documents", docs(2))
+    before = store.version("documents")
+    assert store.append_parts("documents", iter([docs(3, start=10), tables.empty("documents"), docs(4, start=20)])) == 7
+    assert store.version("documents") == before + 1  # one commit for all the parts
+    assert sorted(store.read("documents").column("doc_id").to_pylist()) == [
+        "d0000", "d0001", "d0010", "d0011", "d0012", "d0020", "d0021", "d0022", "d0023"]
+    assert store.append_parts("documents", []) == 0 and store.version("documents") == before + 1
+
+
+def test_append_parts_validates_every_part_before_committing(store):
+    bad = docs(2, start=5).drop_columns(["text"])
+    with pytest.raises(SchemaError):
+        store.append_parts("documents", [docs(3), bad])
+    assert not store.exists("documents")  # the first part was spilled, never committed

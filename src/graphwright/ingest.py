@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -210,8 +210,8 @@ def read_path(path: Path, source_key: str, errors: list[SourceError], failed: se
 
 
 def read_sources(sources: list[str | Path]) -> SourceBatch:
-    """Read every source into Document objects (see read_documents_table for a corpus too large
-    to hold as Python objects). Folder members are keyed by their path relative to the folder."""
+    """Read every source into Document objects (document_tables reads a corpus too large to hold
+    as Python objects). Folder members are keyed by their path relative to the folder."""
     errors: list[SourceError] = []
     failed: set[str] = set()
     return SourceBatch(list(iter_documents(sources, errors, failed)), errors, failed)
@@ -221,21 +221,24 @@ def read_sources(sources: list[str | Path]) -> SourceBatch:
 TABLE_BATCH_DOCUMENTS = 1000
 
 
-def read_documents_table(sources: list[str | Path], run_id: str) -> tuple[pa.Table, list[SourceError], set[str]]:
-    """The documents table of every source, with the errors and the sources that failed as a
-    whole (as in SourceBatch). Documents are converted to Arrow a batch at a time, so the corpus
-    is held once, as Arrow buffers, never as Python objects: at 100k documents (1.1 GB of text)
-    the ingest stage's peak went from 4.5 to 2.7 GB."""
-    errors: list[SourceError] = []
-    failed: set[str] = set()
-    parts, pending = [], []
+def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceError], failed: set[str]) -> Iterator[pa.Table]:
+    """The documents table of every source, TABLE_BATCH_DOCUMENTS rows at a time, so the corpus
+    is never held as Python objects: at 100k documents (1.1 GB of text) they and their table had
+    taken the ingest stage to 4.5 GB. Problems go to `errors` and `failed` as they are met."""
+    pending = []
     for doc in iter_documents(sources, errors, failed):
         pending.append(doc)
         if len(pending) == TABLE_BATCH_DOCUMENTS:
-            parts.append(documents_table(pending, run_id))
+            yield documents_table(pending, run_id)
             pending = []
-    parts.append(documents_table(pending, run_id))
-    return pa.concat_tables(parts), errors, failed
+    if pending:
+        yield documents_table(pending, run_id)
+
+
+def concat_documents(parts: Iterable[pa.Table]) -> pa.Table:
+    """document_tables' parts as one table (typed when there are none)."""
+    parts = list(parts)
+    return pa.concat_tables(parts) if parts else documents_table([], "")
 
 
 def iter_documents(sources: list[str | Path], errors: list[SourceError], failed: set[str]) -> Iterator[Document]:

@@ -28,7 +28,7 @@ from graphwright.costs import stage_cost
 from graphwright.embed import EmbedBatch, make_embedder, model_name
 from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
-from graphwright.ingest import diff_documents, read_documents_table
+from graphwright.ingest import SourceError, concat_documents, diff_documents, document_tables
 from graphwright.lock import run_lock
 from graphwright.numeric import to_numpy
 from graphwright.progress import StageProgress, stderr_console
@@ -165,7 +165,17 @@ def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
 
 def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False) -> dict:
     with run.stage("ingest") as m:
-        incoming, errors, failed_sources = read_documents_table(sources, run.run_id)
+        columns = ["doc_id", "content_hash", "source", "title", "metadata"]  # what the diff compares
+        indexed = run.store.read("documents", columns=columns)
+        errors: list[SourceError] = []
+        failed_sources: set[str] = set()
+        parts = document_tables(sources, run.run_id, errors, failed_sources)
+        first_load = not indexed.num_rows
+        if first_load:  # every document is new: written a part at a time, the text never whole in memory
+            run.store.append_parts("documents", parts)
+            incoming = run.store.read("documents", columns=columns)
+        else:
+            incoming = concat_documents(parts)
         for err in errors:
             run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
         if errors:
@@ -179,7 +189,6 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
                 f"no document could be read from {', '.join(map(str, sources))}"
                 + (f" ({len(errors)} problem{'s' if len(errors) > 1 else ''}, listed above)" if errors else "")
             )
-        indexed = run.store.read("documents", columns=["doc_id", "content_hash", "source", "title", "metadata"])
         diff = diff_documents(incoming, indexed, mirror=mirror, protected_sources=failed_sources)
         limit = run.config.ingest.max_delete_fraction
         share = _deleted_share(run.store, diff.deleted, indexed.num_rows)
@@ -191,9 +200,8 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
                 f"or --append to add documents without deleting any"
             )
         write = set(diff.new) | set(diff.changed) | set(diff.relabeled)
-        if write:  # the whole table as it is when every document is written (a first load): no copy
-            run.store.upsert("documents", incoming if len(write) == incoming.num_rows else
-                             incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
+        if write and not first_load:
+            run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
         if diff.deleted:
             run.store.delete_in("documents", "doc_id", diff.deleted)
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),
