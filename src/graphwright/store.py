@@ -333,10 +333,10 @@ class IndexStore:
         return diff
 
     def append_parts(self, name: str, parts: Iterable[pa.Table]) -> int:
-        """Append rows given a part at a time (never whole in memory), for rows whose keys the
-        table does not hold yet (a first load). Each part is validated and spilled to a local
-        Parquet file; the files join the table in one Delta commit, so a run killed before it
-        adds nothing. Returns the rows appended."""
+        """Append rows given a part at a time (never whole in memory), for rows whose keys neither
+        the table nor another part holds (a first load). Each part is validated and spilled to a
+        local Parquet file; the files join the table in one Delta commit, so a run killed before
+        it adds nothing. Returns the rows appended."""
         schema = tables.schema(name)
         if schema.partition_by:
             raise ValueError(f"append_parts does not write partitioned tables ({name})")
