@@ -285,3 +285,14 @@ def test_append_parts_validates_every_part_before_committing(store):
     with pytest.raises(SchemaError):
         store.append_parts("documents", [docs(3), bad])
     assert not store.exists("documents")  # the first part was spilled, never committed
+
+
+def test_read_with_lengths_counts_list_items_in_the_query(store):
+    assert store.read_with_lengths("entities", ["entity_id"], {"chunk_ids": "n"}).num_rows == 0  # no table yet
+    store.upsert("entities", pa.Table.from_pylist([
+        {"entity_id": e, "canonical_key": e, "name": e, "type": "PERSON", "types": ["PERSON"], "description": "",
+         "mention_count": len(chunks), "degree": 0, "chunk_ids": chunks, "doc_ids": ["d1"]}
+        for e, chunks in (("e1", ["c1", "c2", "c3"]), ("e2", []))]))
+    table = store.read_with_lengths("entities", ["entity_id"], {"chunk_ids": "n"})
+    assert sorted(zip(table.column("entity_id").to_pylist(), table.column("n").to_pylist())) == [("e1", 3), ("e2", 0)]
+    assert table.schema.field("n").type == pa.int32()

@@ -564,8 +564,8 @@ def stage_report(run: Run) -> dict:
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
     """The communities with the length of their chunk lists instead of the lists (each chunk is
     in every community its entities are in, at every level: the table's bulk)."""
-    return _read_replacing(store, "communities", tables.schema("communities").arrow.names, "chunk_ids", "n_chunks",
-                           pc.list_value_length)
+    columns = [c for c in tables.schema("communities").arrow.names if c != "chunk_ids"]
+    return store.read_with_lengths("communities", columns, {"chunk_ids": "n_chunks"})
 
 
 def _relationships_without_descriptions(store: IndexStore) -> pa.Table:

@@ -206,6 +206,19 @@ class IndexStore:
             return schema.empty_table()
         return pa.table(query.read_all()).cast(schema)
 
+    def read_with_lengths(self, name: str, columns: list[str], lengths: dict[str, str]) -> pa.Table:
+        """`columns` of a table, and the length of each list column in `lengths` (list column ->
+        name of its length column, int32), counted by DataFusion: the lists never become Arrow
+        arrays here (reading the communities' chunk lists to count them left 6.3 GB resident at
+        1.2M chunks; counting them in the query, 1.6 GB)."""
+        schema = pa.schema([tables.schema(name).arrow.field(c) for c in columns]
+                           + [pa.field(into, pa.int32()) for into in lengths.values()])
+        dt = self._table(name)
+        if dt is None:
+            return schema.empty_table()
+        select = ", ".join([f'"{c}"' for c in columns] + [f'cardinality("{c}") AS "{into}"' for c, into in lengths.items()])
+        return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {select} FROM t").read_all()).cast(schema)
+
     def scanner(self, name: str, *, where: str | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
         """A function from columns to the table's rows as record batches (DataFusion streams them:
         the table is never whole in memory). Every call reads the version current when the
