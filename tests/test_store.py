@@ -287,12 +287,14 @@ def test_append_parts_validates_every_part_before_committing(store):
     assert not store.exists("documents")  # the first part was spilled, never committed
 
 
-def test_read_with_lengths_counts_list_items_in_the_query(store):
-    assert store.read_with_lengths("entities", ["entity_id"], {"chunk_ids": "n"}).num_rows == 0  # no table yet
+def test_read_derived_computes_columns_in_the_query(store):
+    derived = {"n": ('cardinality("chunk_ids")', pa.int32()), "described": ('character_length("description") > 0', pa.bool_())}
+    assert store.read_derived("entities", ["entity_id"], derived).num_rows == 0  # no table yet
     store.upsert("entities", pa.Table.from_pylist([
-        {"entity_id": e, "canonical_key": e, "name": e, "type": "PERSON", "types": ["PERSON"], "description": "",
+        {"entity_id": e, "canonical_key": e, "name": e, "type": "PERSON", "types": ["PERSON"], "description": d,
          "mention_count": len(chunks), "degree": 0, "chunk_ids": chunks, "doc_ids": ["d1"]}
-        for e, chunks in (("e1", ["c1", "c2", "c3"]), ("e2", []))]))
-    table = store.read_with_lengths("entities", ["entity_id"], {"chunk_ids": "n"})
-    assert sorted(zip(table.column("entity_id").to_pylist(), table.column("n").to_pylist())) == [("e1", 3), ("e2", 0)]
+        for e, chunks, d in (("e1", ["c1", "c2", "c3"], "a person"), ("e2", [], ""))]))
+    table = store.read_derived("entities", ["entity_id"], derived)
+    assert sorted(table.to_pylist(), key=lambda r: r["entity_id"]) == [
+        {"entity_id": "e1", "n": 3, "described": True}, {"entity_id": "e2", "n": 0, "described": False}]
     assert table.schema.field("n").type == pa.int32()

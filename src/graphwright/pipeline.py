@@ -565,22 +565,14 @@ def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
     """The communities with the length of their chunk lists instead of the lists (each chunk is
     in every community its entities are in, at every level: the table's bulk)."""
     columns = [c for c in tables.schema("communities").arrow.names if c != "chunk_ids"]
-    return store.read_with_lengths("communities", columns, {"chunk_ids": "n_chunks"})
+    return store.read_derived("communities", columns, {"n_chunks": ('cardinality("chunk_ids")', pa.int32())})
 
 
 def _relationships_without_descriptions(store: IndexStore) -> pa.Table:
     """The relationships with whether each has a description instead of the description
     (reports read the descriptions of the few relationships they show)."""
-    return _read_replacing(store, "relationships", ["relationship_id", "source", "target", "weight", "description"],
-                           "description", "described", lambda d: pc.fill_null(pc.greater(pc.utf8_length(d), 0), False))
-
-
-def _read_replacing(store: IndexStore, name: str, columns: list[str], column: str, into: str, derive) -> pa.Table:
-    """`columns` of a table, read a batch at a time, with `column` replaced by `into` = derive(column)."""
-    schema = tables.schema(name).arrow
-    batches = list(store.scanner(name)(columns)) or [pa.schema([schema.field(c) for c in columns]).empty_table()]
-    return pa.concat_tables(pa.table(batch).drop_columns([column]).append_column(into, derive(batch.column(column)))
-                            for batch in batches)
+    return store.read_derived("relationships", ["relationship_id", "source", "target", "weight"],
+                              {"described": ('coalesce(character_length("description") > 0, false)', pa.bool_())})
 
 
 def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:

@@ -206,17 +206,17 @@ class IndexStore:
             return schema.empty_table()
         return pa.table(query.read_all()).cast(schema)
 
-    def read_with_lengths(self, name: str, columns: list[str], lengths: dict[str, str]) -> pa.Table:
-        """`columns` of a table, and the length of each list column in `lengths` (list column ->
-        name of its length column, int32), counted by DataFusion: the lists never become Arrow
-        arrays here (reading the communities' chunk lists to count them left 6.3 GB resident at
-        1.2M chunks; counting them in the query, 1.6 GB)."""
+    def read_derived(self, name: str, columns: list[str], derived: dict[str, tuple[str, pa.DataType]]) -> pa.Table:
+        """`columns` of a table, and columns computed by DataFusion (`derived`: name -> (SQL
+        expression, type)) from columns that never become Arrow arrays here: reading the
+        communities' chunk lists to count them left 6.3 GB resident at 1.2M chunks, counting them
+        in the query 1.6 GB."""
         schema = pa.schema([tables.schema(name).arrow.field(c) for c in columns]
-                           + [pa.field(into, pa.int32()) for into in lengths.values()])
+                           + [pa.field(into, type_) for into, (_, type_) in derived.items()])
         dt = self._table(name)
         if dt is None:
             return schema.empty_table()
-        select = ", ".join([f'"{c}"' for c in columns] + [f'cardinality("{c}") AS "{into}"' for c, into in lengths.items()])
+        select = ", ".join([f'"{c}"' for c in columns] + [f'{sql} AS "{into}"' for into, (sql, _) in derived.items()])
         return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {select} FROM t").read_all()).cast(schema)
 
     def scanner(self, name: str, *, where: str | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
