@@ -1,8 +1,9 @@
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from graphwright import tables
-from graphwright.store import IndexStore, sql_list
+from graphwright.store import IndexStore, spill, sql_list
 from graphwright.tables import SchemaError
 
 
@@ -270,21 +271,30 @@ def test_replace_parts_if_changed_rejects_a_key_repeated_across_parts(store):
     assert not store.exists("relationships") or store.count("relationships") == 0
 
 
-def test_append_parts_adds_every_part_in_one_commit(store):
+def _spilled(name, parts, folder):
+    return [(path, part.num_rows) for path, part in spill(name, parts, str(folder))]
+
+
+def test_append_files_adds_every_spilled_part_in_one_commit(store, tmp_path):
     store.upsert("documents", docs(2))
     before = store.version("documents")
-    assert store.append_parts("documents", iter([docs(3, start=10), tables.empty("documents"), docs(4, start=20)])) == 7
+    files = _spilled("documents", iter([docs(3, start=10), tables.empty("documents"), docs(4, start=20)]), tmp_path)
+    assert store.version("documents") == before  # spilling commits nothing
+    assert store.append_files("documents", files) == 7
     assert store.version("documents") == before + 1  # one commit for all the parts
     assert sorted(store.read("documents").column("doc_id").to_pylist()) == [
         "d0000", "d0001", "d0010", "d0011", "d0012", "d0020", "d0021", "d0022", "d0023"]
-    assert store.append_parts("documents", []) == 0 and store.version("documents") == before + 1
+    assert store.append_files("documents", []) == 0 and store.version("documents") == before + 1
 
 
-def test_append_parts_validates_every_part_before_committing(store):
+def test_spill_validates_every_part_before_anything_is_committed(store, tmp_path):
     bad = docs(2, start=5).drop_columns(["text"])
-    with pytest.raises(SchemaError):
-        store.append_parts("documents", [docs(3), bad])
-    assert not store.exists("documents")  # the first part was spilled, never committed
+    spilled = spill("documents", [docs(3), bad], str(tmp_path))
+    path, part = next(spilled)
+    assert pq.read_table(path).equals(part) and part.num_rows == 3
+    with pytest.raises(SchemaError, match="text"):
+        next(spilled)
+    assert not store.exists("documents")
 
 
 def test_read_derived_computes_columns_in_the_query(store):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -233,12 +233,6 @@ def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceE
             pending = []
     if pending:
         yield documents_table(pending, run_id)
-
-
-def concat_documents(parts: Iterable[pa.Table]) -> pa.Table:
-    """document_tables' parts as one table (typed when there are none)."""
-    parts = list(parts)
-    return pa.concat_tables(parts) if parts else documents_table([], "")
 
 
 def iter_documents(sources: list[str | Path], errors: list[SourceError], failed: set[str]) -> Iterator[Document]:

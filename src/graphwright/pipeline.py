@@ -9,6 +9,7 @@ import fnmatch
 import json
 import os
 import resource
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from graphwright import ids, memory, tables
 from graphwright.chunking import DOCUMENTS_PER_BATCH, Chunker
@@ -28,13 +30,13 @@ from graphwright.costs import stage_cost
 from graphwright.embed import EmbedBatch, make_embedder, model_name
 from graphwright.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.extract import extractor_key, extractor_stage
-from graphwright.ingest import SourceError, concat_documents, diff_documents, document_tables
+from graphwright.ingest import SourceError, diff_documents, document_tables
 from graphwright.lock import run_lock
 from graphwright.numeric import to_numpy
 from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import LLMReports, build_reports, generator_of, to_table
 from graphwright.resolve import resolve_parts
-from graphwright.store import IndexStore, sql_list
+from graphwright.store import IndexStore, spill, sql_list
 from graphwright.vectors import build_index, save_to
 
 ENTITY_TEXT_CHARS = 600
@@ -164,18 +166,18 @@ def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
 
 
 def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False) -> dict:
-    with run.stage("ingest") as m:
+    with run.stage("ingest") as m, tempfile.TemporaryDirectory(prefix="graphwright-ingest-") as folder:
         columns = ["doc_id", "content_hash", "source", "title", "metadata"]  # what the diff compares
         indexed = run.store.read("documents", columns=columns)
         errors: list[SourceError] = []
         failed_sources: set[str] = set()
-        parts = document_tables(sources, run.run_id, errors, failed_sources)
-        first_load = not indexed.num_rows
-        if first_load:  # every document is new: written a part at a time, the text never whole in memory
-            run.store.append_parts("documents", parts)
-            incoming = run.store.read("documents", columns=columns)
-        else:
-            incoming = concat_documents(parts)
+        # the documents are spilled a part at a time and only the columns the diff needs are
+        # kept: the text is never whole in memory (at 100k documents, 1.1 GB of it)
+        files, kept = [], [tables.empty("documents").select(columns)]
+        for path, part in spill("documents", document_tables(sources, run.run_id, errors, failed_sources), folder):
+            files.append((path, part.num_rows))
+            kept.append(part.select(columns))
+        incoming = pa.concat_tables(kept)
         for err in errors:
             run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
         if errors:
@@ -200,8 +202,12 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
                 f"or --append to add documents without deleting any"
             )
         write = set(diff.new) | set(diff.changed) | set(diff.relabeled)
-        if write and not first_load:
-            run.store.upsert("documents", incoming.filter(pc.is_in(incoming["doc_id"], pa.array(sorted(write)))))
+        if not indexed.num_rows:  # a first load: every document is new, the files join the table as they are
+            run.store.append_files("documents", files)
+        elif write:
+            wanted = pa.array(sorted(write), pa.string())
+            run.store.upsert("documents", pa.concat_tables(
+                [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in (pq.read_table(p) for p, _ in files)]))
         if diff.deleted:
             run.store.delete_in("documents", "doc_id", diff.deleted)
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),

@@ -137,6 +137,18 @@ def _file_sizes(dt: DeltaTable) -> dict[str, int]:
     return dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
 
 
+def spill(name: str, parts: Iterable[pa.Table], folder: str) -> Iterator[tuple[str, pa.Table]]:
+    """Each part of a table, validated against its contract and written to a Parquet file in
+    `folder`: yields (path, validated part). A table too large to hold is diffed, filtered and
+    committed from these files; a part that fails validation stops the spill before any commit."""
+    schema = tables.schema(name)
+    for i, part in enumerate(parts):
+        data = schema.validate(part)
+        path = f"{folder}/{i:06d}.parquet"
+        pq.write_table(data, path)
+        yield path, data
+
+
 class IndexStore:
     """The Delta tables of one index, under `root/tables/<name>`; `root` is a local directory
     (a Path) or an object-store URI (a str). Storage options default to the environment's
@@ -316,17 +328,15 @@ class IndexStore:
         return self.replace_parts_if_changed(name, [table])
 
     def replace_parts_if_changed(self, name: str, parts: Iterable[pa.Table]) -> dict:
-        """replace_if_changed for a table given a part at a time (never whole in memory). Each
-        part is validated and spilled to a local Parquet file; the diff compares row digests
-        with a streamed scan of the current table (which is never read whole either); if
-        anything changed, the spilled files become the table in one Delta commit."""
+        """replace_if_changed for a table given a part at a time (never whole in memory). The
+        parts are spilled (see `spill`); the diff compares row digests with a streamed scan of
+        the current table (which is never read whole either); if anything changed, the spilled
+        files become the table in one Delta commit."""
         schema = tables.schema(name)
-        with tempfile.TemporaryDirectory(prefix=f"graphwright-{name}-") as spill:
+        with tempfile.TemporaryDirectory(prefix=f"graphwright-{name}-") as folder:
             files, digests = [], [row_digests(schema.arrow.empty_table(), schema.primary_key)]
-            for i, part in enumerate(parts):
-                data = schema.validate(part)
-                files.append((f"{spill}/{i:06d}.parquet", data.num_rows))
-                pq.write_table(data, files[-1][0])
+            for path, data in spill(name, parts, folder):
+                files.append((path, data.num_rows))
                 digests.append(row_digests(data, schema.primary_key))
             new = pa.concat_tables(digests)
             if pc.count_distinct(_key_column(new, schema.primary_key)).as_py() != new.num_rows:
@@ -345,24 +355,16 @@ class IndexStore:
                     self._commit_files(dt, name, files)
         return diff
 
-    def append_parts(self, name: str, parts: Iterable[pa.Table]) -> int:
-        """Append rows given a part at a time (never whole in memory), for rows whose keys neither
-        the table nor another part holds (a first load). Each part is validated and spilled to a
-        local Parquet file; the files join the table in one Delta commit, so a run killed before
-        it adds nothing. Returns the rows appended."""
-        schema = tables.schema(name)
-        if schema.partition_by:
-            raise ValueError(f"append_parts does not write partitioned tables ({name})")
-        with tempfile.TemporaryDirectory(prefix=f"graphwright-{name}-") as spill:
-            files = []
-            for i, part in enumerate(parts):
-                data = schema.validate(part)
-                if data.num_rows:
-                    files.append((f"{spill}/{i:06d}.parquet", data.num_rows))
-                    pq.write_table(data, files[-1][0])
-            if files:
-                self._writing(name)
-                self._commit_files(self.ensure(name), name, files, mode="append")
+    def append_files(self, name: str, files: list[tuple[str, int]]) -> int:
+        """Append spilled Parquet files, given as (path, rows), to a table in one Delta commit, so
+        that a run killed before it adds nothing; for rows whose keys the table does not hold (a
+        first load). Files without rows are left out. Returns the rows appended."""
+        if tables.schema(name).partition_by:
+            raise ValueError(f"append_files does not write partitioned tables ({name})")
+        files = [(path, rows) for path, rows in files if rows]
+        if files:
+            self._writing(name)
+            self._commit_files(self.ensure(name), name, files, mode="append")
         return sum(rows for _, rows in files)
 
     def _commit_files(self, dt: DeltaTable, name: str, files: list[tuple[str, int]], mode: str = "overwrite") -> None:
