@@ -2,7 +2,7 @@
 `hierarchical_leiden` (what Microsoft GraphRAG uses) on the same seeded graphs.
 
     nice -n 10 python bench/leiden_scale.py --nodes 200000 --degree 10 [--max-cluster-size 25] [--engine igraph]
-    python bench/leiden_scale.py --index /tmp/gw-scale/index-1000000 --iterations 1
+    python bench/leiden_scale.py --index /tmp/gw-scale/index-1000000 --iterations 1 --seeds 5
 
 The graph is a degree-corrected planted partition (LFR-like): power-law community sizes and
 power-law node degrees, a share `--mixing` of each node's edges leaving its community, positive
@@ -12,7 +12,9 @@ entity graph of a built index instead (bench/pipeline_scale.py builds them).
 Prints, for each side: wall and CPU seconds of the clustering call (graspologic's input conversion to string
 tuples is timed apart), communities at the top level and at the leaves, and the weighted
 modularity (resolution 1) of the top-level partition and of the leaf partition, both computed by
-igraph from the same edge list. Prints figures; asserts nothing.
+igraph from the same edge list. With --seeds K, each side runs with K seeds (interleaved), and a
+summary gives the median seconds and the modularities' mean and spread: one seed's modularity
+differs from another's by more than the sides differ. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ def main() -> int:
     parser.add_argument("--mixing", type=float, default=0.3)
     parser.add_argument("--max-cluster-size", type=int, default=25)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seeds", type=int, default=1, help="run each side with this many seeds from --seed on, and summarize")
     parser.add_argument("--engine", default="igraph")
     parser.add_argument("--iterations", default=str(ClusterConfig().n_iterations),
                         help="our n_iterations; a comma-separated list runs ours once per value")
@@ -147,33 +150,44 @@ def main() -> int:
     import graspologic_native  # noqa: F401  (imports are outside every timing)
     import igraph  # noqa: F401
 
-    results = {}
     runs = [("ours", int(i)) for i in args.iterations.split(",")] if "ours" in args.sides else []
     runs = [run for side in args.sides.split(",") for run in (runs if side == "ours" else [(side, None)])]
-    for side, iterations in runs:
-        if side == "ours":
-            seconds, cpu, convert, (top, leaf) = run_ours(n, edges, weights, args.max_cluster_size, args.seed,
-                                                          args.engine, iterations, args.workers)
-            side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}"
-        else:
-            seconds, cpu, convert, (top, leaf) = run_graspologic(n, edges, weights, args.max_cluster_size, args.seed)
-            side = "graspologic-native"
-        results[side] = {
-            "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "input_conversion_s": round(convert, 2),
-            "top_communities": len(np.unique(top)), "leaf_communities": len(np.unique(leaf)),
-            "largest_leaf": int(np.bincount(np.unique(leaf, return_inverse=True)[1]).max()),
-            "modularity_top": round(modularity(n, edges, weights, top), 4),
-            "modularity_leaf": round(modularity(n, edges, weights, leaf), 4),
-        }
+    results: dict[str, list[dict]] = {}
+    # seeds interleaved across sides, so that a change in the machine's load falls on every side
+    for seed in range(args.seed, args.seed + args.seeds):
+        for side, iterations in runs:
+            if side == "ours":
+                seconds, cpu, convert, (top, leaf) = run_ours(n, edges, weights, args.max_cluster_size, seed,
+                                                              args.engine, iterations, args.workers)
+                side = f"graphwright/{args.engine}/it{iterations}/w{args.workers}"
+            else:
+                seconds, cpu, convert, (top, leaf) = run_graspologic(n, edges, weights, args.max_cluster_size, seed)
+                side = "graspologic-native"
+            results.setdefault(side, []).append({
+                "seed": seed, "seconds": seconds, "cpu_seconds": cpu, "input_conversion_s": convert,
+                "top_communities": len(np.unique(top)), "leaf_communities": len(np.unique(leaf)),
+                "largest_leaf": int(np.bincount(np.unique(leaf, return_inverse=True)[1]).max()),
+                "modularity_top": modularity(n, edges, weights, top),
+                "modularity_leaf": modularity(n, edges, weights, leaf),
+            })
     if args.json:
         print(json.dumps({"nodes": n, "edges": len(edges), **results}))
         return 0
     print(f"{'side':<24} {'seconds':>8} {'cpu s':>8} {'(+input)':>8} {'top':>7} {'leaves':>7} {'max leaf':>8} {'Q top':>7} {'Q leaf':>7}")
-    for side, r in results.items():
-        print(f"{side:<24} {r['seconds']:>8.2f} {r['cpu_seconds']:>8.2f} {r['input_conversion_s']:>8.2f} {r['top_communities']:>7} "
-              f"{r['leaf_communities']:>7} {r['largest_leaf']:>8} {r['modularity_top']:>7.4f} {r['modularity_leaf']:>7.4f}")
+    for side, rows in results.items():
+        for r in rows:
+            print(f"{side:<24} {r['seconds']:>8.2f} {r['cpu_seconds']:>8.2f} {r['input_conversion_s']:>8.2f} {r['top_communities']:>7} "
+                  f"{r['leaf_communities']:>7} {r['largest_leaf']:>8} {r['modularity_top']:>7.4f} {r['modularity_leaf']:>7.4f}"
+                  + (f"  seed {r['seed']}" if args.seeds > 1 else ""))
+    if args.seeds > 1:
+        print(f"\nover seeds {args.seed}..{args.seed + args.seeds - 1}: median seconds, modularity mean ± standard deviation")
+        reference = float(np.median([r["seconds"] for r in results.get("graspologic-native", [])] or [np.nan]))
+        for side, rows in results.items():
+            seconds = float(np.median([r["seconds"] for r in rows]))
+            q = {k: (np.mean([r[k] for r in rows]), np.std([r[k] for r in rows])) for k in ("modularity_top", "modularity_leaf")}
+            print(f"{side:<24} {seconds:>8.2f} s ({seconds / reference:.2f}x graspologic)  "
+                  f"Q top {q['modularity_top'][0]:.4f} ± {q['modularity_top'][1]:.4f}  Q leaf {q['modularity_leaf'][0]:.4f} ± {q['modularity_leaf'][1]:.4f}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
