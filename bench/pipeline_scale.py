@@ -1,7 +1,7 @@
 """The pipeline's own cost as the corpus grows: per-stage wall and CPU seconds, throughput and
 peak memory at several corpus sizes, and the growth exponent of the total time.
 
-    python bench/pipeline_scale.py --chunks 1000,10000,100000 [--out /tmp/scale] [--executor local|ray]
+    python bench/pipeline_scale.py --chunks 1000,10000,100000 [--out /tmp/scale] [--executor local|ray] [--update 0.01]
 
 Extraction uses the zero-LLM `nlp` engine and embeddings the `hashing` engine, so what is
 measured is graphwright itself, not a model. Each size runs in a fresh process (its peak RSS is
@@ -20,6 +20,8 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from _fresh_process import MeasurementFailed, measure
@@ -86,6 +88,36 @@ def generate(folder: Path, documents: int, words_per_doc: int, per_file: int = 1
                 f.write(json.dumps(gen.document(n, words_per_doc)) + "\n")
 
 
+@contextmanager
+def edited_corpus(folder: Path, share: float) -> Iterator[dict]:
+    """The corpus with `share` of its documents changed (a sentence appended), share/2 deleted and
+    share/2 new ones added, all in its first file; restored on exit. The original waits beside
+    it under a hidden name, which ingest skips (and `_restore` puts back, should this run die)."""
+    files = sorted(folder.glob("part-*.jsonl"))
+    first, lines = files[0], files[0].read_text().splitlines()
+    total = len(lines) + sum(1 for f in files[1:] for _ in f.open())
+    changed, deleted = max(1, round(total * share)), max(1, round(total * share / 2))
+    if changed + deleted > len(lines):
+        raise SystemExit(f"--update {share} needs {changed + deleted} documents in {first.name}, which holds {len(lines)}")
+    records = [json.loads(line) for line in lines]
+    for r in records[:changed]:
+        r["text"] += " A later edition added this sentence to the record."
+    gen = CorpusGenerator(seed=11)
+    added = [gen.document(n, len(records[0]["text"].split())) | {"id": f"new-{n:07d}"} for n in range(deleted)]
+    kept = first.with_name(f".{first.name}.orig")
+    first.rename(kept)
+    try:
+        first.write_text("".join(json.dumps(r) + "\n" for r in records[:len(records) - deleted] + added))
+        yield {"documents": total, "changed": changed, "deleted": deleted, "new": len(added)}
+    finally:
+        kept.replace(first)
+
+
+def _restore(folder: Path) -> None:
+    for kept in folder.glob(".part-*.jsonl.orig"):  # left by a run that died while updating
+        kept.replace(folder / kept.name[1:-len(".orig")])
+
+
 def run_one(corpus: Path, index: Path, executor: str) -> dict:
     """Index `corpus` in this process; returns the per-stage metrics and the peak RSS."""
     from graphwright.config import load_config
@@ -104,12 +136,33 @@ def run_one(corpus: Path, index: Path, executor: str) -> dict:
                        | {"peak_mb": json.loads(r["details"]).get("driver_peak_rss_mb")} for r in rows}}
 
 
+def _measure(a, corpus: Path, index: Path, what: str) -> dict:
+    try:
+        return measure(__file__, "--executor", a.executor, "--one", str(corpus), str(index))
+    except MeasurementFailed as exc:
+        print(exc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"the run for {what} failed") from exc
+
+
+def _line(r: dict) -> str:
+    stages = "  ".join(f"{name} {s['wall_s']:.1f}s" + (f" ({s['work_done'] / s['wall_s']:.0f} {s['work_unit']}/s)" if s["work_done"] and s["wall_s"] > 0.05 and name in ("chunk", "extract", "embed") else "")
+                       + (f" [{s['peak_mb']} MB]" if s.get("peak_mb") else "")
+                       for name, s in r["stages"].items())
+    return (f"{r['chunks']:>8} chunks {r['entities']:>8} entities {r['relationships']:>9} relationships | "
+            f"total {r['wall_s']:7.1f} s  {r['chunks'] / r['wall_s']:6.0f} chunks/s  peak {r['peak_rss_mb']:7.0f} MB | {stages}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--chunks", default="1000,10000")
     p.add_argument("--out", type=Path, default=Path("/tmp/graphwright-scale"))
     p.add_argument("--executor", default="local", choices=("local", "ray"))
     p.add_argument("--words-per-doc", type=int, default=1800)  # ~10 chunks of 254 tokens
+    p.add_argument("--update", type=float, metavar="SHARE",
+                   help="after each full build, an incremental run with this share of the documents changed "
+                        "(and half as many deleted and added), against the full build")
+    p.add_argument("--reuse-index", action="store_true",
+                   help="with --update: an index already built at a size is not rebuilt (its full build is not printed)")
     p.add_argument("--one", nargs=2, metavar=("CORPUS", "INDEX"), help=argparse.SUPPRESS)  # child process
     a = p.parse_args()
     if a.one:
@@ -123,18 +176,19 @@ def main() -> None:
             t = time.perf_counter()
             generate(corpus, documents, a.words_per_doc)
             print(f"generated {documents} documents for ~{target} chunks in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        subprocess.run(["rm", "-rf", str(index)], check=True)
-        try:
-            r = measure(__file__, "--executor", a.executor, "--one", str(corpus), str(index))
-        except MeasurementFailed as exc:
-            print(exc.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"the run for {target} chunks failed") from exc
-        results.append(r)
-        stages = "  ".join(f"{name} {s['wall_s']:.1f}s" + (f" ({s['work_done'] / s['wall_s']:.0f} {s['work_unit']}/s)" if s["work_done"] and s["wall_s"] > 0.05 and name in ("chunk", "extract", "embed") else "")
-                           + (f" [{s['peak_mb']} MB]" if s.get("peak_mb") else "")
-                           for name, s in r["stages"].items())
-        print(f"{r['chunks']:>8} chunks {r['entities']:>8} entities {r['relationships']:>9} relationships | "
-              f"total {r['wall_s']:7.1f} s  {r['chunks'] / r['wall_s']:6.0f} chunks/s  peak {r['peak_rss_mb']:7.0f} MB | {stages}", flush=True)
+        _restore(corpus)
+        built = None
+        if not (a.reuse_index and a.update and index.exists()):
+            subprocess.run(["rm", "-rf", str(index)], check=True)
+            built = _measure(a, corpus, index, f"{target} chunks")
+            results.append(built)
+            print(_line(built), flush=True)
+        if a.update:
+            with edited_corpus(corpus, a.update) as edit:
+                r = _measure(a, corpus, index, f"the update of {target} chunks")
+            print(f"  update: {edit['changed']} changed, {edit['deleted']} deleted, {edit['new']} new of {edit['documents']} documents"
+                  + (f" -> {r['wall_s'] / built['wall_s']:.1%} of the full build's time" if built else ""), flush=True)
+            print("  " + _line(r), flush=True)
     if len(results) >= 2:
         a0, a1 = results[1 if len(results) > 2 else 0], results[-1]
         exponent = math.log(a1["wall_s"] / a0["wall_s"]) / math.log(a1["chunks"] / a0["chunks"])
