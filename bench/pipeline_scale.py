@@ -163,11 +163,22 @@ def main() -> None:
                         "(and half as many deleted and added), against the full build")
     p.add_argument("--reuse-index", action="store_true",
                    help="with --update: an index already built at a size is not rebuilt (its full build is not printed)")
+    p.add_argument("--plot", type=Path, metavar="FILE",
+                   help="draw per-stage seconds per 1000 chunks and peak memory against corpus size (PNG or SVG)")
+    p.add_argument("--replot", action="store_true",
+                   help="with --plot: draw the figures OUT/results.json holds from an earlier invocation, measuring nothing")
     p.add_argument("--one", nargs=2, metavar=("CORPUS", "INDEX"), help=argparse.SUPPRESS)  # child process
     a = p.parse_args()
     if a.one:
         print(json.dumps(run_one(Path(a.one[0]), Path(a.one[1]), a.executor)))
         return
+    saved = a.out / "results.json"
+    if a.replot:
+        plot(json.loads(saved.read_text()), a.plot)
+        return
+    # figures by corpus size, merged with what earlier invocations saved (--reuse-index measures
+    # only an update, and the build it updates stays in the file)
+    figures = json.loads(saved.read_text()) if saved.exists() else {"builds": {}, "updates": {}}
     results = []
     for target in (int(x) for x in a.chunks.split(",")):
         corpus, index = a.out / f"corpus-{target}", a.out / f"index-{target}"
@@ -182,6 +193,7 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(index)], check=True)
             built = _measure(a, corpus, index, f"{target} chunks")
             results.append(built)
+            figures["builds"][str(target)] = built
             print(_line(built), flush=True)
         if a.update:
             with edited_corpus(corpus, a.update) as edit:
@@ -189,10 +201,48 @@ def main() -> None:
             print(f"  update: {edit['changed']} changed, {edit['deleted']} deleted, {edit['new']} new of {edit['documents']} documents"
                   + (f" -> {r['wall_s'] / built['wall_s']:.1%} of the full build's time" if built else ""), flush=True)
             print("  " + _line(r), flush=True)
+            figures["updates"][str(target)] = r | {"edit": edit}
+        a.out.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(figures))
     if len(results) >= 2:
         a0, a1 = results[1 if len(results) > 2 else 0], results[-1]
         exponent = math.log(a1["wall_s"] / a0["wall_s"]) / math.log(a1["chunks"] / a0["chunks"])
         print(f"growth exponent of total time from {a0['chunks']} to {a1['chunks']} chunks: {exponent:.2f} (1 = linear)")
+    if a.plot:
+        plot(figures, a.plot)
+
+
+def plot(saved: dict, path: Path) -> None:
+    """Seconds per 1000 chunks by stage (flat lines are linear growth) and the peak memory, against
+    corpus size; updates are drawn beside the builds. `saved`: results.json's figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    builds = sorted(saved["builds"].values(), key=lambda r: r["chunks"])
+    chunks = [r["chunks"] for r in builds]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for stage in builds[-1]["stages"]:
+        per = [1000 * r["stages"].get(stage, {}).get("wall_s", 0) / r["chunks"] for r in builds]
+        if max(per) > 0.05:
+            left.plot(chunks, per, marker="o", label=stage)
+    left.plot(chunks, [1000 * r["wall_s"] / r["chunks"] for r in builds], marker="o", color="black", label="total")
+    updates = sorted(saved["updates"].values(), key=lambda r: r["chunks"])
+    if updates:
+        left.plot([r["chunks"] for r in updates], [1000 * r["wall_s"] / r["chunks"] for r in updates], marker="s",
+                  color="black", linestyle="--", label="total of an update")
+    left.set(xscale="log", xlabel="chunks", ylabel="seconds per 1000 chunks indexed", title="Time per chunk")
+    left.legend(fontsize=8)
+    right.plot(chunks, [r["peak_rss_mb"] / 1024 for r in builds], marker="o", label="full build")
+    if updates:
+        right.plot([r["chunks"] for r in updates], [r["peak_rss_mb"] / 1024 for r in updates], marker="s", label="update")
+    right.axhline(8, color="grey", linestyle="--", label="8 GB")
+    right.set(xscale="log", xlabel="chunks", ylabel="peak RSS, GB", title="Peak memory")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
