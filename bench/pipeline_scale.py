@@ -198,8 +198,9 @@ def main() -> None:
         if a.update:
             with edited_corpus(corpus, a.update) as edit:
                 r = _measure(a, corpus, index, f"the update of {target} chunks")
+            full = built or figures["builds"].get(str(target))  # with --reuse-index: the build saved earlier
             print(f"  update: {edit['changed']} changed, {edit['deleted']} deleted, {edit['new']} new of {edit['documents']} documents"
-                  + (f" -> {r['wall_s'] / built['wall_s']:.1%} of the full build's time" if built else ""), flush=True)
+                  + (f" -> {r['wall_s'] / full['wall_s']:.1%} of the full build's time" if full else ""), flush=True)
             print("  " + _line(r), flush=True)
             figures["updates"][str(target)] = r | {"edit": edit}
         a.out.mkdir(parents=True, exist_ok=True)
