@@ -1,13 +1,16 @@
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from graphwright import ids, tables
 from graphwright.cluster import (
+    ChunkLists,
     IgraphEngine,
     LeidenalgEngine,
     _relabel,
     cluster,
+    cluster_parts,
     group_node_weights,
     hierarchical_leiden,
     make_engine,
@@ -178,6 +181,25 @@ def test_cluster_table():
             assert sorted(e for k in kids for e in k["entity_ids"]) == sorted(members)
     assert any(r["level"] > 0 for r in rows)
     assert cluster(entities, relationships, cfg).equals(table)  # reproducible
+
+
+def test_chunk_lists_scanned_in_batches_cluster_as_the_table_does():
+    entities, relationships = _graph_tables()
+    entities = entities.take(np.random.default_rng(3).permutation(entities.num_rows))  # any row order
+    entity_ids = sorted(entities.column("entity_id").to_pylist())
+    every_chunk = pa.array(sorted({c for cs in entities.column("chunk_ids").to_pylist() for c in cs} | {"c-unlisted"}))
+    scanned = ChunkLists.scan(iter(entities.to_batches(max_chunksize=3)), entity_ids, every_chunk)
+    whole = ChunkLists.of(entities, entity_ids)
+    def pairs(lists):
+        return sorted(zip(lists.owner.tolist(), lists.names.take(pa.array(lists.codes)).to_pylist()))
+
+    assert pairs(scanned) == pairs(whole)
+    cfg = ClusterConfig(max_cluster_size=10)
+    parts = cluster_parts(entities.select(["entity_id"]), relationships, cfg, chunks=scanned)
+    table = pa.concat_tables(parts)
+    assert table.take(pc.sort_indices(table.column("human_id"))).equals(cluster(entities, relationships, cfg))
+    with pytest.raises(KeyError, match="is not in the chunks table"):
+        ChunkLists.scan(iter(entities.to_batches()), entity_ids, pa.array(["c1"]))
 
 
 def test_cluster_empty_graph():

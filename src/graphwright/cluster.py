@@ -10,12 +10,13 @@ splits of one level are a few engine runs (igraph: CPM with per-graph node weigh
 of about BIN_EDGES edges, spread over a process pool; other engines get one call per community.
 Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
 
-Measured with bench/leiden_scale.py (n_iterations 1, as GraphRAG calls graspologic), side by
-side with graspologic-native: 6.9 s against 15.9 s on the entity graph of a 1.2M-chunk index
-(52k entities, 5.2M relationships), 17.3 s against 37.5 s on a generated 1M-node / 5M-edge graph.
-The top level (one igraph run, 8-11 s there, plus 1.4 s to build the graph) cannot be split; the
-bins can. networkit's ParallelLeiden runs the top level in about 0.6x igraph's time, but does
-not always terminate (bench/networkit_leiden_check.py), so it is not an engine.
+Measured with bench/leiden_scale.py (n_iterations 1, as GraphRAG calls graspologic; median of
+3-5 seeds), side by side with graspologic-native: 5.4 s against 11.0 s on the entity graph of a
+1.2M-chunk index (52k entities, 5.2M relationships), 0.68 s against 1.50 s on that of a 121k-chunk
+index (967k relationships), 14.3 s against 27.0 s on a generated 1M-node / 5M-edge graph. The top
+level is one igraph run and cannot be split; the bins can. networkit's ParallelLeiden runs the
+top level in about 0.6x igraph's time, but does not always terminate
+(bench/networkit_leiden_check.py), so it is not an engine.
 """
 
 from __future__ import annotations
@@ -377,11 +378,48 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
     return table.take(pc.sort_indices(table.column("human_id")))
 
 
+@dataclass
+class ChunkLists:
+    """The chunks each entity is mentioned in, as codes (the lists as strings are 2.3 GB at 1.2M
+    chunks): per list item, the entity's position among the sorted entity ids and the chunk's
+    code; `names`, the chunk ids by code, sorted, so that codes sort as the ids do."""
+
+    owner: np.ndarray
+    codes: np.ndarray
+    names: pa.Array
+
+    @classmethod
+    def of(cls, entities: pa.Table, entity_ids: list[str]) -> ChunkLists:
+        """From an entities table with its chunk_ids column."""
+        lists = entities.column("chunk_ids").combine_chunks()
+        owner = _positions(entities.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(lists), np.int64)]
+        codes, names = sorted_codes(pc.list_flatten(lists))
+        return cls(owner.astype(np.int32), codes.astype(np.int32), names)
+
+    @classmethod
+    def scan(cls, batches: Iterator[pa.RecordBatch], entity_ids: list[str], chunk_ids: pa.Array) -> ChunkLists:
+        """From (entity_id, chunk_ids) record batches, coded against `chunk_ids` (every chunk an
+        entity can list), so that the lists are never whole as strings."""
+        names = pc.unique(chunk_ids)
+        names = names.take(pc.sort_indices(names))
+        owners, codes = [np.empty(0, np.int32)], [np.empty(0, np.int32)]
+        for batch in batches:
+            lists = batch.column("chunk_ids")
+            items = pc.list_flatten(lists)
+            found = pc.index_in(items, value_set=names)
+            if found.null_count:
+                raise KeyError(f"chunk {items.filter(pc.is_null(found))[0]} of an entity is not in the chunks table")
+            owners.append(_positions(batch.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(lists), np.int64)].astype(np.int32))
+            codes.append(to_numpy(found, np.int32))
+        return cls(np.concatenate(owners), np.concatenate(codes), names)
+
+
 def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
                   previous: pa.Table | None = None, workers: int = 1, usage: dict | None = None,
-                  hashed: str | None = None) -> Iterator[pa.Table]:
+                  hashed: str | None = None, chunks: ChunkLists | None = None) -> Iterator[pa.Table]:
     """cluster()'s rows a level at a time (their chunk lists are the table's bulk: each chunk is
-    in every community its entities are in, at every level)."""
+    in every community its entities are in, at every level). `chunks`: the entities' chunk lists
+    as codes, when `entities` has no chunk_ids column."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     src, tgt = (_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
@@ -397,10 +435,7 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
     # relationship and chunk ids as codes in sorted order, so that each community's sorted
     # distinct ids come from one numpy pass per level (Arrow holds the strings, not Python)
     rel_codes, rel_names = sorted_codes(relationships.column("relationship_id"))
-    chunk_lists = entities.column("chunk_ids").combine_chunks()
-    chunk_owner = _positions(entities.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(chunk_lists), np.int64)]
-    chunk_codes, chunk_names = sorted_codes(pc.list_flatten(chunk_lists))
-    del chunk_lists
+    chunks = chunks or ChunkLists.of(entities, entity_ids)
     src_a, tgt_a = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
 
     members = [[entity_ids[i] for i in c.members] for c in communities]  # sorted: members and entity_ids are
@@ -419,7 +454,7 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
             "children_ids": pa.array([[cids[k] for k in communities[i].children] for i in at_level], pa.list_(pa.string())),
             "entity_ids": pa.array([members[i] for i in at_level], pa.list_(pa.string())),
             "relationship_ids": distinct_lists(np.where(a == b, a, -1), rel_codes, rel_names, len(at_level)),
-            "chunk_ids": distinct_lists(label[chunk_owner], chunk_codes, chunk_names, len(at_level)),
+            "chunk_ids": distinct_lists(label[chunks.owner], chunks.codes, chunks.names, len(at_level)),
             "size": pa.array([len(members[i]) for i in at_level], pa.int64()),
             "graph_hash": pa.array([hashed] * len(at_level), pa.string()),
         }).cast(tables.schema("communities").arrow)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from graphwright import ids, memory, tables
 from graphwright.chunking import DOCUMENTS_PER_BATCH, Chunker
-from graphwright.cluster import cluster_parts, graph_hash
+from graphwright.cluster import ChunkLists, cluster_parts, graph_hash
 from graphwright.config import PipelineConfig
 from graphwright.costs import stage_cost
 from graphwright.embed import EmbedBatch, make_embedder, model_name
@@ -491,7 +491,7 @@ def _summarize_descriptions(run: Run, overflow: dict | None, table: pa.Table, na
 def stage_cluster(run: Run) -> dict:
     store = run.store
     with run.stage("cluster") as m:
-        entities = store.read("entities", columns=["entity_id", "chunk_ids"])
+        entities = store.read("entities", columns=["entity_id"])
         relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
         previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_hash(entities, relationships)
@@ -500,9 +500,12 @@ def stage_cluster(run: Run) -> dict:
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             usage = {"worker_cpu_s": 0.0}
+            chunks = ChunkLists.scan(store.scanner("entities")(["entity_id", "chunk_ids"]),
+                                     sorted(entities.column("entity_id").to_pylist()),
+                                     store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
             parts = cluster_parts(entities, relationships, run.config.cluster, previous=previous,
                                   workers=run.config.execution.driver_processes or os.cpu_count() or 1,
-                                  usage=usage, hashed=hashed)
+                                  usage=usage, hashed=hashed, chunks=chunks)
             diff = store.replace_parts_if_changed("communities", parts)
             m.update(usage)
         per_level = _per_level(store.read("communities", columns=["level"]))
