@@ -2,9 +2,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from graphwright import vectors as vectors_module
 from graphwright.config import EmbedConfig, VectorConfig
 from graphwright.embed import EmbedBatch, HashingEmbedder, make_embedder, model_name
-from graphwright.vectors import build_index, load_index, save_index
+from graphwright.vectors import build_index, load_index, save_index, update_index
 
 HASH = EmbedConfig(engine="hashing", dim=64)
 
@@ -107,6 +108,57 @@ def test_hnsw_index_above_threshold(tmp_path):
     assert [h[0][0] for h in hits] == ids[:10]  # each vector finds itself
     save_index(index, tmp_path / "h.faiss")
     assert load_index(tmp_path / "h.faiss").search(vectors[:10], 1) == hits
+
+
+def test_an_hnsw_index_updated_in_place_finds_what_a_rebuild_finds(tmp_path):
+    config = VectorConfig(hnsw_threshold=100)
+    vectors = random_unit(400, 16, seed=9)
+    ids = [f"i{k:03d}" for k in range(400)]
+    hashes = [f"h{k}" for k in range(400)]
+    index = build_index(ids, vectors, config, hashes)
+    # now: i000-i019 removed, i020-i039 changed (a new vector), i400-i429 new
+    changed = random_unit(20, 16, seed=10)
+    new = random_unit(30, 16, seed=11)
+    now_ids = ids[20:] + [f"i{k:03d}" for k in range(400, 430)]
+    now_hashes = [f"h{k}x" if k < 40 else f"h{k}" for k in range(20, 400)] + [f"h{k}" for k in range(400, 430)]
+    vector_of = dict(zip(ids, vectors)) | dict(zip(ids[20:40], changed)) | dict(zip(now_ids[380:], new))
+    asked = []
+
+    def vectors_of(wanted):
+        asked.extend(wanted)
+        return np.stack([vector_of[w] for w in wanted])
+
+    updated = update_index(index, now_ids, now_hashes, vectors_of, config)
+    assert sorted(asked) == sorted(ids[20:40] + now_ids[380:])  # only new and changed vectors are read
+    assert updated.ids[:40] == [None] * 40 and updated.index.ntotal == 450
+    queries = np.stack([vector_of[i] for i in now_ids])
+    save_index(updated, tmp_path / "u.faiss")
+    loaded = load_index(tmp_path / "u.faiss")
+    assert loaded.ids == updated.ids and loaded.text_hashes == updated.text_hashes
+    for found in (updated, loaded):
+        hits = found.search(queries, 5)
+        assert [h[0][0] for h in hits] == now_ids  # each current vector finds itself
+        assert not {i for row in hits for i, _ in row} & set(ids[:20])  # removed items never come back
+        assert all(i is not None for row in hits for i, _ in row)
+    old_vector_hits = found.search(vectors[20:40], 1)  # a changed item's old vector is gone
+    assert all(row[0][1] < 0.999 for row in old_vector_hits)
+
+
+def test_an_update_that_does_not_apply_returns_none(monkeypatch):
+    config = VectorConfig(hnsw_threshold=100)
+    vectors = random_unit(200, 8, seed=12)
+    ids, hashes = [str(k) for k in range(200)], [f"h{k}" for k in range(200)]
+
+    def never(wanted):
+        pytest.fail("no vectors are read")
+
+    hnsw = build_index(ids, vectors, config, hashes)
+    assert update_index(build_index(ids, vectors, config), ids, hashes, never, config) is None  # no text hashes
+    assert update_index(hnsw, ids[:50], hashes[:50], never, config) is None  # below the HNSW threshold
+    monkeypatch.setattr(vectors_module, "MAX_REMOVED_SHARE", 0.2)
+    assert update_index(hnsw, ids[45:], hashes[45:], never, config) is None  # 45 of 200 removed
+    kept = update_index(hnsw, ids[35:], hashes[35:], never, config)  # 35 removed, nothing added
+    assert kept is not None and kept.ids.count(None) == 35
 
 
 def test_a_cuvs_index_on_a_host_without_cuvs_is_a_clear_error():

@@ -162,6 +162,26 @@ def test_editing_a_document_reextracts_only_its_changed_chunks(fresh):
     assert any("burned out" in c["text"] for c in new_chunks.values())
 
 
+def test_an_update_adds_to_the_published_hnsw_index_instead_of_rebuilding_it(tmp_path):
+    config = make_config(vectors={"hnsw_threshold": 5})
+    fresh = index_fresh(tmp_path / "hnsw", config=config)
+    store = fresh.store
+    before = set(store.read("chunks").column("chunk_id").to_pylist())
+    first = PublishedIndex(store).vector_index("chunk")
+    assert type(first.index).__name__ == "IndexHNSWFlat" and None not in first.ids
+    path = fresh.corpus / "harbor.txt"
+    path.write_text(path.read_text().replace("until the lamps burned low.", "until the lamps burned out."))
+    run([fresh.corpus], fresh.index, config)
+    now = set(store.read("chunks").column("chunk_id").to_pylist())
+    updated = PublishedIndex(store).vector_index("chunk")
+    assert set(updated.ids) - {None} == now
+    # the replaced chunks' vectors are skipped, not rebuilt away, and the new ones were added
+    assert updated.ids.count(None) == len(before - now) > 0
+    assert updated.index.ntotal == len(first.ids) + len(now - before)
+    evidence = query(str(fresh.index), "the lamps burned out", mode="naive", top_k=50)["evidence"]
+    assert len(evidence) == len(now) and {e["chunk_id"] for e in evidence} == now  # every live chunk, no other
+
+
 def test_deleting_a_document_removes_every_row_that_references_it(fresh):
     store = fresh.store
     gone = ids.doc_id("notes/river.txt")

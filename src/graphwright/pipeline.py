@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphwright import ids, memory, tables
+from graphwright import ids, memory, publish, tables
 from graphwright.chunking import DOCUMENTS_PER_BATCH, Chunker
 from graphwright.cluster import ChunkLists, cluster_parts, graph_hash
 from graphwright.config import PipelineConfig
@@ -37,7 +37,13 @@ from graphwright.progress import StageProgress, stderr_console
 from graphwright.reports import LLMReports, build_reports, generator_of, to_table
 from graphwright.resolve import resolve_parts
 from graphwright.store import IndexStore, spill, sql_list
-from graphwright.vectors import build_index, save_to
+from graphwright.vectors import (
+    VectorIndex,
+    build_index,
+    load_from,
+    save_to,
+    update_index,
+)
 
 ENTITY_TEXT_CHARS = 600
 STAGES = ("ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish")
@@ -669,17 +675,35 @@ def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table]) -> N
 
 
 def _write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig) -> str:
-    """Build the ANN index for one kind; files are named by their content, so a published
-    version's files are never overwritten and unchanged vectors reuse the existing file."""
+    """Build the ANN index for one kind, or update the published one in place where it can
+    (vectors.update_index); files are named by their content, so a published version's files
+    are never overwritten and unchanged vectors reuse the existing file."""
     where = f"kind = '{kind}' AND model = '{model}'"
     keys = store.read("embeddings", columns=["item_id", "text_hash"], where=where).sort_by("item_id")
-    item_ids = keys.column("item_id").to_pylist()
-    digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold,
-                           *keys.column("text_hash").to_pylist(), *item_ids, length=16)
+    item_ids, hashes = keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist()
+    digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold, *hashes, *item_ids, length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
     if not store.files.exists(relative):
-        save_to(store.files, relative, build_index(item_ids, _vector_matrix(store, where, keys.column("item_id")), cfg.vectors))
+        index = None
+        previous = _published_vector_index(store, kind)
+        if previous is not None:
+            index = update_index(previous, item_ids, hashes, lambda wanted: _vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())])), cfg.vectors)
+            del previous
+        if index is None:
+            index = build_index(item_ids, _vector_matrix(store, where, keys.column("item_id")), cfg.vectors, hashes)
+        save_to(store.files, relative, index)
     return relative
+
+
+def _published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
+    """The latest published version's vector index of `kind`, if it has one."""
+    try:
+        relative = publish.load_manifest(store)["vector_indexes"].get(kind)
+    except publish.NoPublishedVersion:
+        return None
+    if relative is None or not store.files.exists(relative):
+        return None
+    return load_from(store.files, relative)
 
 
 def _vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> np.ndarray:
@@ -688,9 +712,12 @@ def _vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> 
     matrix = None
     wanted = item_ids.combine_chunks()
     for batch in store.scanner("embeddings", where=where)(["item_id", "vector"]):
+        found = pc.index_in(batch.column("item_id"), value_set=wanted)
+        if found.null_count:  # an item not asked for
+            batch, found = batch.filter(pc.is_valid(found)), found.drop_null()
         if not batch.num_rows:
             continue
-        rows = to_numpy(pc.index_in(batch.column("item_id"), value_set=wanted), np.int64)
+        rows = to_numpy(found, np.int64)
         flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
         if matrix is None:
             matrix = np.zeros((len(wanted), len(flat) // batch.num_rows), dtype=np.float32)
@@ -700,7 +727,6 @@ def _vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> 
 
 def stage_publish(run: Run, vector_indexes: dict[str, str]) -> dict:
     store = run.store
-    from graphwright import publish
 
     with run.stage("publish") as m:
         manifest = publish.publish(store, run.run_id, run.config, vector_indexes)

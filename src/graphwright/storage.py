@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ENV_PREFIX = "GRAPHWRIGHT_STORAGE__"
@@ -93,6 +96,21 @@ class IndexFiles:
         import obstore
 
         obstore.put(self.store, relative, local)
+
+    @contextmanager
+    def local(self, relative: str) -> Iterator[Path]:
+        """A local path holding the file: itself in a local index, a streamed download (removed on
+        exit) in an object store."""
+        if not is_uri(self.location):
+            yield Path(self.location) / relative
+            return
+        import obstore
+
+        with tempfile.TemporaryDirectory(prefix="graphwright-") as folder:
+            path = Path(folder) / Path(relative).name
+            with open(path, "wb") as out:
+                out.writelines(obstore.get(self.store, relative).stream(min_chunk_size=8 << 20))
+            yield path
 
     def list(self, prefix: str) -> list[str]:
         import obstore
