@@ -29,8 +29,11 @@ class VectorIndex:
     text_hashes: list[str | None] | None = None  # per position, what its vector embeds (lets an update find what changed)
     _skip: object = field(default=None, init=False, repr=False)
 
+    def __post_init__(self):
+        self._live = len(self.ids) - self.ids.count(None)
+
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
-        live = len(self.ids) - self.ids.count(None)
+        live = self._live
         if not live:
             return [[] for _ in range(len(queries))]
         k = min(k, live)
