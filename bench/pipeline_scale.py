@@ -238,8 +238,8 @@ def plot(saved: dict, path: Path) -> None:
     right.plot(chunks, [r["peak_rss_mb"] / 1024 for r in builds], marker="o", label="full build")
     if updates:
         right.plot([r["chunks"] for r in updates], [r["peak_rss_mb"] / 1024 for r in updates], marker="s", label="update")
-    right.axhline(8, color="grey", linestyle="--", label="8 GB")
-    right.set(xscale="log", xlabel="chunks", ylabel="peak RSS, GB", title="Peak memory")
+    right.axhline(8e9 / 2**30, color="grey", linestyle="--", label="8 GB")
+    right.set(xscale="log", xlabel="chunks", ylabel="peak RSS, GiB", title="Peak memory")
     right.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

@@ -80,7 +80,7 @@ def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig, text_
 def update_index(previous: VectorIndex, ids: list[str], text_hashes: list[str],
                  vectors_of: Callable[[list[str]], np.ndarray], config: VectorConfig) -> VectorIndex | None:
     """`previous` (an HNSW index) brought to the items `ids` whose vectors embed `text_hashes`:
-    the vectors of new and changed items (`vectors_of(ids)`, rows in that order) are added, and
+    the vectors of new and changed items (`vectors_of(their ids)`, rows in that order) are added, and
     those of changed and removed items are skipped from then on. Rebuilding an HNSW index of 1.2M
     vectors took minutes for a 1% change. None where an update does not apply: a CPU index below
     the HNSW threshold (rebuilt in seconds), a cuVS index, a previous index without text hashes,
