@@ -684,10 +684,13 @@ def _write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineC
     digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold, *hashes, *item_ids, length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
     if not store.files.exists(relative):
+        def vectors_of(wanted: list[str]) -> np.ndarray:
+            return _vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]))
+
         index = None
         previous = _published_vector_index(store, kind)
         if previous is not None:
-            index = update_index(previous, item_ids, hashes, lambda wanted: _vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())])), cfg.vectors)
+            index = update_index(previous, item_ids, hashes, vectors_of, cfg.vectors)
             del previous
         if index is None:
             index = build_index(item_ids, _vector_matrix(store, where, keys.column("item_id")), cfg.vectors, hashes)
