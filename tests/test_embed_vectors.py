@@ -161,17 +161,14 @@ def test_an_update_that_does_not_apply_returns_none(monkeypatch):
     assert kept is not None and kept.ids.count(None) == 35
 
 
-def test_a_cuvs_index_on_a_host_without_cuvs_is_a_clear_error():
+def test_a_cuvs_index_on_a_host_without_cuvs_is_a_clear_error(tmp_path):
     import importlib.util
 
-    import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from graphwright.vectors import from_bytes
 
     if importlib.util.find_spec("cuvs") is not None:
         pytest.skip("cuVS is installed here")
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.table({"item_id": ["a"]}).replace_schema_metadata({"index_kind": "cagra"}), sink)
+    (tmp_path / "c.faiss").write_bytes(b"not read")
+    pq.write_table(pa.table({"item_id": ["a"]}).replace_schema_metadata({"index_kind": "cagra"}), tmp_path / "c.ids.parquet")
     with pytest.raises(ValueError, match="built with cuVS"):
-        from_bytes(b"not read", sink.getvalue().to_pybytes())
+        load_index(tmp_path / "c.faiss")

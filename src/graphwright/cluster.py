@@ -391,10 +391,8 @@ class ChunkLists:
     @classmethod
     def of(cls, entities: pa.Table, entity_ids: list[str]) -> ChunkLists:
         """From an entities table with its chunk_ids column."""
-        lists = entities.column("chunk_ids").combine_chunks()
-        owner = _positions(entities.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(lists), np.int64)]
-        codes, names = sorted_codes(pc.list_flatten(lists))
-        return cls(owner.astype(np.int32), codes.astype(np.int32), names)
+        table = entities.select(["entity_id", "chunk_ids"])
+        return cls.scan(iter(table.to_batches()), entity_ids, pc.list_flatten(table.column("chunk_ids")))
 
     @classmethod
     def scan(cls, batches: Iterator[pa.RecordBatch], entity_ids: list[str], chunk_ids: pa.Array) -> ChunkLists:

@@ -179,11 +179,11 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
         failed_sources: set[str] = set()
         # the documents are spilled a part at a time and only the columns the diff needs are
         # kept: the text is never whole in memory (at 100k documents, 1.1 GB of it)
-        files, kept = [], [tables.empty("documents").select(columns)]
+        files, kept = [], []  # per spilled file: (path, rows), and its rows' diff columns
         for path, part in spill("documents", document_tables(sources, run.run_id, errors, failed_sources), folder):
             files.append((path, part.num_rows))
             kept.append(part.select(columns))
-        incoming = pa.concat_tables(kept)
+        incoming = pa.concat_tables([tables.empty("documents").select(columns), *kept])
         for err in errors:
             run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
         if errors:
@@ -210,10 +210,11 @@ def stage_ingest(run: Run, sources: list[str], mirror: bool, force: bool = False
         write = set(diff.new) | set(diff.changed) | set(diff.relabeled)
         if not indexed.num_rows:  # a first load: every document is new, the files join the table as they are
             run.store.append_files("documents", files)
-        elif write:
+        elif write:  # read back only the spilled files that hold a document to write
             wanted = pa.array(sorted(write), pa.string())
+            holding = [path for (path, _), keys in zip(files, kept) if pc.any(pc.is_in(keys.column("doc_id"), value_set=wanted)).as_py()]
             run.store.upsert("documents", pa.concat_tables(
-                [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in (pq.read_table(p) for p, _ in files)]))
+                [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in map(pq.read_table, holding)]))
         if diff.deleted:
             run.store.delete_in("documents", "doc_id", diff.deleted)
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),

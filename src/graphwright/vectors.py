@@ -159,12 +159,6 @@ def _write(vi: VectorIndex, path: Path) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def from_bytes(index_bytes: bytes, ids_bytes: bytes) -> VectorIndex:
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "index").write_bytes(index_bytes)
-        return _load(Path(tmp) / "index", ids_bytes)
-
-
 def _load(path: Path, ids_bytes: bytes) -> VectorIndex:
     table = pq.read_table(pa.BufferReader(ids_bytes))
     kind = (table.schema.metadata or {}).get(b"index_kind", b"faiss").decode()
