@@ -47,7 +47,13 @@ def check_hierarchy(n, communities, max_size, edges=None, engine=None, config=No
     level0 = [c for c in communities if c.level == 0]
     members = np.concatenate([c.members for c in level0])
     assert sorted(members.tolist()) == list(range(n))  # every node in exactly one level-0 community
+    ancestors: list[int] = []  # listed depth-first: each community right after its parent or a sibling's subtree
     for index, c in enumerate(communities):
+        while ancestors and ancestors[-1] != c.parent:
+            ancestors.pop()
+        assert ancestors[-1:] == ([] if c.parent is None else [c.parent])
+        ancestors.append(index)
+        assert c.children == sorted(c.children)
         assert list(c.members) == sorted(c.members)
         assert (c.parent is None) == (c.level == 0)
         if c.children:
@@ -129,6 +135,31 @@ def test_engines_agree_on_planted_partition():
 def test_relabel_orders_groups_by_smallest_member():
     groups = _relabel(np.array([5, 5, 2, 9, 2, 5]))
     assert [g.tolist() for g in groups] == [[0, 1, 5], [2, 4], [3]]
+
+
+def test_bins_hold_each_graph_whole_in_local_ids(monkeypatch):
+    import graphwright.cluster as cluster_module
+
+    rng = np.random.default_rng(3)
+    groups = np.sort(rng.integers(0, 40, 600))
+    rng.shuffle(groups)  # graphs interleaved over the node ids, as a level's splits are
+    pairs = rng.integers(0, 600, (6000, 2))
+    pairs = np.unique(np.sort(pairs[(groups[pairs[:, 0]] == groups[pairs[:, 1]]) & (pairs[:, 0] != pairs[:, 1])], axis=1), axis=0)
+    weights = rng.random(len(pairs))
+    monkeypatch.setattr(cluster_module, "BIN_EDGES", len(pairs) // 6)
+    seen_edges, seen_nodes, first_group = {}, [], 0
+    for nodes, n, edges, bin_weights, bin_groups, _ in cluster_module._bins(600, pairs, weights, groups, None):
+        assert n == len(nodes) and nodes.tolist() == sorted(nodes.tolist())
+        assert bin_groups.tolist() == (groups[nodes] - first_group).tolist()  # consecutive graphs, dense labels
+        assert set(bin_groups.tolist()) == set(range(bin_groups.max() + 1))
+        first_group += int(bin_groups.max()) + 1
+        keys = edges[:, 0] * n + edges[:, 1]
+        assert (np.diff(keys) > 0).all()  # still sorted
+        seen_edges.update({(int(nodes[a]), int(nodes[b])): w for (a, b), w in zip(edges, bin_weights)})
+        seen_nodes.extend(nodes.tolist())
+    assert sorted(seen_nodes) == list(range(600))
+    assert seen_edges == {(int(a), int(b)): w for (a, b), w in zip(pairs, weights)}
+    assert first_group == 40
 
 
 def test_make_engine_rejects_unknown():

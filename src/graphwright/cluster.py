@@ -11,9 +11,9 @@ of about BIN_EDGES edges, spread over a process pool; other engines get one call
 Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
 
 Measured with bench/leiden_scale.py (n_iterations 1, as GraphRAG calls graspologic; median of
-3-5 seeds), side by side with graspologic-native: 5.4 s against 11.0 s on the entity graph of a
-1.2M-chunk index (52k entities, 5.2M relationships), 0.68 s against 1.50 s on that of a 121k-chunk
-index (967k relationships), 14.3 s against 27.0 s on a generated 1M-node / 5M-edge graph. The top
+3-5 seeds), side by side with graspologic-native: 5.3 s against 12.0 s on the entity graph of a
+1.2M-chunk index (52k entities, 5.2M relationships), 0.75 s against 1.72 s on that of a 121k-chunk
+index (967k relationships), 13.8 s against 31.0 s on a generated 1M-node / 5M-edge graph. The top
 level is one igraph run and cannot be split; the bins can. networkit's ParallelLeiden runs the
 top level in about 0.6x igraph's time, but does not always terminate
 (bench/networkit_leiden_check.py), so it is not an engine.
@@ -72,19 +72,22 @@ class IgraphEngine:
                   n_iterations: int, initial: np.ndarray | None = None, groups: np.ndarray | None = None) -> np.ndarray:
         """Labels per node. With `groups` (a graph label per node; `edges` only join nodes of one
         graph) every graph is partitioned by its own modularity, all in one Leiden run."""
+        import igraph as ig
+
         graph = _igraph(n, edges)
         # igraph draws from Python's `random`; seeding it makes the partition reproducible
         random.seed(seed)
-        options = {"weights": np.asarray(weights, dtype=np.float64).tolist(), "n_iterations": n_iterations,
-                       "initial_membership": None if initial is None else initial.tolist()}
-        if groups is None:
-            part = graph.community_leiden(objective_function="modularity", resolution=resolution, **options)
-        else:
+        options = {"edge_weights": np.asarray(weights, dtype=np.float64).tolist(), "n_iterations": n_iterations,
+                   "initial_membership": None if initial is None else initial.tolist(), "beta": 0.01}
+        if groups is not None:
             node_weights = group_node_weights(n, np.asarray(edges, dtype=np.int64).reshape(-1, 2),
                                               np.asarray(weights, dtype=np.float64), groups)
-            part = graph.community_leiden(objective_function="CPM", resolution=resolution,
-                                          node_weights=node_weights.tolist(), **options)
-        return np.asarray(part.membership, dtype=np.int64)
+            options["node_weights"] = node_weights.tolist()
+        # GraphBase's method, not Graph.community_leiden: that wraps the labels in a VertexClustering,
+        # 0.2 s of Python per million nodes spent on a max() this engine does not need
+        membership, _ = ig.GraphBase.community_leiden(graph, resolution=resolution,
+                                                      normalize_resolution=groups is None, **options)
+        return np.asarray(membership, dtype=np.int64)
 
 
 class LeidenalgEngine:
@@ -120,12 +123,13 @@ def make_engine(name: str):
 # Each level's splits are cut into bins of about this many edges, partitioned independently (bin
 # k seeded with seed + k). The bins depend only on the graph, never on how many processes run them,
 # so the hierarchy is the same on a laptop and on a 64-core driver; a graph below one bin is
-# partitioned exactly as one engine call would.
-BIN_EDGES = 500_000
-# A pool only for graphs above this many bins' worth of edges: its processes take about a second
-# to start, and below that the top level ends first and the pool makes the whole slower
-# (bench/leiden_scale.py, 200k nodes / 1M edges: 3.0 s alone, 3.6 s with two processes).
-POOL_MIN_BINS = 4
+# partitioned exactly as one engine call would. Bins of 100k edges keep two processes busy to the
+# end of a level (a level of a 200k-node / 1M-edge graph: 1.63 s with 100k bins, 1.97 s with 500k).
+BIN_EDGES = 100_000
+# A pool only for graphs above this many bins' worth of edges: below that, the top level ends
+# before the pool's processes are ready (generated graphs, medians of 5 seeds: 200k edges 0.22 s
+# alone, 0.37 s with two processes; 400k edges 0.56 s alone, 0.48 s with two).
+POOL_MIN_BINS = 3
 
 
 def partition_groups(engine, n: int, edges: np.ndarray, weights: np.ndarray, groups: np.ndarray, *,
@@ -174,14 +178,24 @@ def _bins(n: int, edges: np.ndarray, weights: np.ndarray, groups: np.ndarray, in
     if current == 0:
         yield np.arange(n), n, edges, weights, groups, initial
         return
-    node_bin, edge_bin = bin_of_group[groups], bin_of_group[groups[edges[:, 0]]]
+    # a bin holds consecutive graphs: its labels are dense once its first one is subtracted
+    first_group = np.searchsorted(bin_of_group, np.arange(current + 1))
+    node_bin = bin_of_group[groups]
+    node_order, node_bounds = _grouped(node_bin, current + 1)  # ascending within a bin
+    edge_order, edge_bounds = _grouped(node_bin[edges[:, 0]], current + 1)
     local = np.empty(n, dtype=np.int64)
     for b in range(current + 1):
-        nodes = np.flatnonzero(node_bin == b)  # ascending: edges stay sorted in local ids
-        local[nodes] = np.arange(len(nodes))
-        mine = edge_bin == b
-        yield (nodes, len(nodes), local[edges[mine]], weights[mine], dense_labels(groups[nodes]),
+        nodes = node_order[node_bounds[b]:node_bounds[b + 1]]
+        local[nodes] = np.arange(len(nodes))  # local ids keep the edges sorted
+        mine = edge_order[edge_bounds[b]:edge_bounds[b + 1]]
+        yield (nodes, len(nodes), local[np.take(edges, mine, axis=0)], weights[mine], groups[nodes] - first_group[b],
                None if initial is None else dense_labels(initial[nodes]))
+
+
+def _grouped(labels: np.ndarray, count: int) -> tuple[np.ndarray, list[int]]:
+    """Positions ordered by label (stable), and where each label's run starts and ends."""
+    order = np.argsort(labels, kind="stable")
+    return order, np.searchsorted(labels[order], np.arange(count + 1)).tolist()
 
 
 def _partition_bin(engine, n, edges, weights, groups, initial, options) -> tuple[np.ndarray, float]:
@@ -224,10 +238,11 @@ class Community:
 def _relabel(membership: np.ndarray) -> list[np.ndarray]:
     """Groups of node positions by label, ordered by their smallest member (engine-independent)."""
     order = np.argsort(membership, kind="stable")  # positions stay ascending within a label
-    cuts = np.flatnonzero(np.diff(membership[order])) + 1
-    groups = np.split(order, cuts)
-    firsts = np.array([g[0] for g in groups]) if groups else np.empty(0, dtype=np.int64)
-    return [groups[i] for i in np.argsort(firsts, kind="stable")]
+    starts = np.flatnonzero(np.diff(membership[order], prepend=-1)) if len(order) else np.empty(0, np.int64)
+    bounds = np.append(starts, len(order)).tolist()
+    ranked = np.argsort(order[starts], kind="stable").tolist()  # order[start]: the label's smallest member
+    # slices of `order`, not np.split: that costs 4 us a group in Python (0.4 s for 100k groups)
+    return [order[bounds[i]:bounds[i + 1]] for i in ranked]
 
 
 def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine,
@@ -244,24 +259,27 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
         levels = _levels(n, edges, weights, config, engine, initial, pool, usage)
     if not levels:
         return []
-
-    kids: list[dict[int, list[int]]] = [{} for _ in levels]
-    for level in range(1, len(levels)):
-        for i, (_, parent) in enumerate(levels[level]):
-            kids[level - 1].setdefault(parent, []).append(i)
-    result: list[Community] = []
-
-    def emit(level: int, i: int, parent: int | None) -> None:
-        result.append(Community(level, levels[level][i][0], parent, []))
-        index = len(result) - 1
-        if parent is not None:
-            result[parent].children.append(index)
-        for k in kids[level].get(i, []):
-            emit(level + 1, k, index)
-
-    for i in range(len(levels[0])):
-        emit(0, i, None)
-    return result
+    # each community's path of indices from its level-0 ancestor (-1 below its own level):
+    # depth-first order is the paths' lexicographic order, a parent (-1) before its children
+    paths = []
+    for level, nodes in enumerate(levels):
+        path = np.full((len(nodes), len(levels)), -1, dtype=np.int64)
+        path[:, level] = np.arange(len(nodes))
+        if level:
+            path[:, :level] = paths[-1][np.fromiter((p for _, p in nodes), np.int64, len(nodes)), :level]
+        paths.append(path)
+    path = np.concatenate(paths)
+    order = np.lexsort(path.T[::-1])
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    position = position.tolist()
+    start = np.cumsum([0] + [len(nodes) for nodes in levels]).tolist()  # the row of each level's first community
+    parent_row = [start[level - 1] + path[start[level]:start[level + 1], level - 1] for level in range(1, len(levels))]
+    made = [Community(level, members, None, []) for level, nodes in enumerate(levels) for members, _ in nodes]
+    for row, up in zip(range(start[1], len(made)), np.concatenate(parent_row or [[]]).astype(np.int64).tolist()):
+        made[row].parent = position[up]
+        made[up].children.append(position[row])  # rows ascending: children in depth-first order
+    return [made[i] for i in order.tolist()]
 
 
 @contextmanager
@@ -272,7 +290,7 @@ def _pool(workers: int, edges: int):
         return
     # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["graphwright.cluster"])
+    context.set_forkserver_preload(["graphwright.cluster", "igraph"])
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         for _ in range(workers):  # start the processes now, while the top level runs on the driver
             pool.submit(int)
@@ -287,7 +305,7 @@ def _levels(n, edges, weights, config: ClusterConfig, engine, initial, pool, usa
         return []
     # igraph indexes sorted edges about twice as fast; every level below keeps this order
     order = np.argsort(edges[:, 0] * n + edges[:, 1])  # distinct pairs: no ties to keep stable
-    edges, weights = edges[order], weights[order]
+    edges, weights = np.take(edges, order, axis=0), weights[order]  # take: 10x edges[order] on 2-D rows
     options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
 
     def start(level: int, nodes: np.ndarray, groups: np.ndarray | None) -> np.ndarray | None:
