@@ -397,13 +397,20 @@ class IndexStore:
         return int(dt.delete(where).get("num_deleted_rows", 0))
 
     def delete_in(self, name: str, column: str, values, *, also: str | None = None) -> int:
-        """Delete rows whose `column` is in `values` (and that match the SQL predicate `also`)."""
+        """Delete rows whose `column` is in `values` (and that match the SQL predicate `also`).
+
+        One MERGE joined on the values, not `DELETE ... IN (...)`: every DELETE scans the table
+        (and an update deletes 14k stale embeddings from a 1.8 GB partition), and an IN list of
+        40k values overflows the stack of delta-rs's SQL parser."""
+        dt = self._table(name)
         values = sorted(set(values))
-        deleted = 0
-        for start in range(0, len(values), 1000):
-            predicate = f'"{column}" IN {sql_list(values[start:start + 1000])}'
-            deleted += self.delete(name, f"({also}) AND {predicate}" if also else predicate)
-        return deleted
+        if dt is None or not values:
+            return 0
+        self._writing(name)
+        keys = pa.table({column: pa.array(values, type=tables.schema(name).arrow.field(column).type)})
+        on = f't."{column}" = s."{column}"' + (f" AND ({also})" if also else "")
+        result = dt.merge(keys, predicate=on, source_alias="s", target_alias="t").when_matched_delete().execute()
+        return int(result.get("num_target_rows_deleted", 0))
 
     def bytes_added(self, name: str, since_version: int | None) -> int:
         """Bytes of the data files committed to a table after `since_version` (None: since it was
