@@ -13,7 +13,7 @@ Engines: igraph, leidenalg (CPU), cugraph (cluster_gpu).
 Measured with bench/leiden_scale.py (n_iterations 1, as GraphRAG calls graspologic; median of
 3-5 seeds), side by side with graspologic-native: 5.3 s against 12.0 s on the entity graph of a
 1.2M-chunk index (52k entities, 5.2M relationships), 0.75 s against 1.72 s on that of a 121k-chunk
-index (967k relationships), 13.8 s against 31.0 s on a generated 1M-node / 5M-edge graph. The top
+index (967k relationships), 13.7 s against 28.3 s on a generated 1M-node / 5M-edge graph. The top
 level is one igraph run and cannot be split; the bins can. networkit's ParallelLeiden runs the
 top level in about 0.6x igraph's time, but does not always terminate
 (bench/networkit_leiden_check.py), so it is not an engine.

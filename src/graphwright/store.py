@@ -35,10 +35,11 @@ def sql_list(values) -> str:
 
 IN_LIST_KEYS = 5000  # above this many keys, IndexStore.rows_in scans the table once instead
 # Every DELETE scans the table and rewrites each file holding a match, so fewer, longer IN lists
-# are faster: deleting 14k stale chunk embeddings of a 1.2M-chunk index took 171 s in lists of
-# 1000. Not one list for all: delta-rs parses the predicate recursively on the calling thread, and
-# a list of 22k values overflowed an 8 MB stack (10k a 2 MB one) and killed the process. A MERGE
-# joined on the values, tried instead, held 11 GB to delete 7k chunks' mentions.
+# are faster: deleting 14k embeddings of a 1.2M-chunk index took 170 s in lists of 1000, 39 s in
+# lists of 5000 (bench/delete_batches.py). Not one list for all: delta-rs parses the predicate
+# recursively on the calling thread, and a list of 22k values overflowed an 8 MB stack (10k a
+# 2 MB one) and killed the process. A MERGE joined on the values held 11 GB to delete 7k chunks'
+# mentions.
 DELETE_IN_KEYS = 5000
 DIGEST_ROWS, DIGEST_ITEMS = 8192, 1_000_000  # rows and list items per slice in row_digests
 
