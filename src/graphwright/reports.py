@@ -73,12 +73,15 @@ def build_reports(
         by_id = dict(zip(text.column("relationship_id").to_pylist(), text.column("description").to_pylist()))
         used = used.append_column("description", pa.array([by_id[r] for r in used.column("relationship_id").to_pylist()], pa.string()))
     rel = {r["relationship_id"]: r for r in used.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
-    names = relationships.column("relationship_id")
     if "chunk_ids" in communities.column_names:
         communities = communities.drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(communities.column("chunk_ids")))
     community_rows = communities.drop_columns(["relationship_ids"]).to_pylist()
-    for c, mine in zip(community_rows, top):
-        c["relationship_ids"] = names.take(pa.array(mine, pa.int64())).to_pylist()
+    # one take for all communities: each take from a chunked column concatenates its chunks
+    # first (8 ms a community with 5.2M relationships, 53 s of the stage at 1.2M chunks)
+    names = relationships.column("relationship_id").take(pa.array(np.concatenate([np.empty(0, np.int64), *top]), pa.int64())).to_pylist()
+    bounds = np.cumsum([0] + [len(mine) for mine in top]).tolist()
+    for c, start, end in zip(community_rows, bounds, bounds[1:]):
+        c["relationship_ids"] = names[start:end]
     reusable = {r["input_hash"]: r for r in previous.to_pylist()} if previous is not None else {}
 
     reports: dict[str, dict] = {}

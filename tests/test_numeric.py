@@ -1,0 +1,33 @@
+import numpy as np
+import pyarrow as pa
+
+from graphwright.numeric import distinct_lists, sorted_codes, unique
+
+
+def test_sorted_codes_index_the_sorted_distinct_values():
+    column = pa.chunked_array([pa.array(["pear", "apple", "pear"]), pa.array(["fig", "apple", "zucchini"])])
+    codes, distinct = sorted_codes(column)
+    assert distinct.to_pylist() == ["apple", "fig", "pear", "zucchini"]
+    assert codes.tolist() == [2, 0, 2, 1, 0, 3]
+    assert distinct.take(pa.array(codes)).to_pylist() == column.to_pylist()
+
+
+def test_sorted_codes_of_random_ids_sort_as_the_ids_do():
+    rng = np.random.default_rng(0)
+    ids = [f"id-{v}" for v in rng.integers(0, 5000, 20_000)]
+    codes, distinct = sorted_codes(pa.array(ids))
+    assert distinct.to_pylist() == sorted(set(ids))
+    order = np.argsort(codes, kind="stable")
+    assert [ids[i] for i in order] == sorted(ids)
+
+
+def test_sorted_codes_of_nothing():
+    codes, distinct = sorted_codes(pa.array([], pa.string()))
+    assert len(codes) == 0 and len(distinct) == 0
+
+
+def test_unique_and_distinct_lists():
+    assert unique(np.array([3, 1, 3, 2, 1])).tolist() == [1, 2, 3]
+    values = pa.array(["a", "b", "c"])
+    lists = distinct_lists(np.array([1, 0, 1, -1, 1]), np.array([2, 0, 2, 1, 0]), values, 3)
+    assert lists.to_pylist() == [["a"], ["a", "c"], []]
