@@ -360,3 +360,20 @@ def test_levels_split_in_bins_give_the_same_hierarchy_in_any_number_of_processes
     assert max(c.level for c in pooled) >= 1
     assert [(c.level, c.members.tolist(), c.parent) for c in pooled] == [(c.level, c.members.tolist(), c.parent) for c in alone]
     assert usage["worker_cpu_s"] > 0  # the pool's processes report what they used
+
+
+def test_graph_hash_identifies_the_weighted_graph_whatever_the_row_order():
+    from graphwright.cluster import graph_hash
+
+    entities = pa.table({"entity_id": ["e1", "e2", "e3"]})
+    rels = pa.table({"relationship_id": ["r1", "r2"], "weight": [1.0, 2.5]})
+    same = graph_hash(entities, rels)
+    shuffled = pa.Table.from_batches([pa.record_batch({"relationship_id": ["r2"], "weight": [2.5]}),
+                                      pa.record_batch({"relationship_id": ["r1"], "weight": [1.0]})])
+    assert graph_hash(entities.take([2, 0, 1]), shuffled) == same
+    assert graph_hash(entities.slice(1).append_column("x", pa.array([0, 0])).select(["entity_id"]), rels) != same
+    assert graph_hash(entities, rels.set_column(1, "weight", pa.array([1.0, 2.5000001]))) != same
+    assert graph_hash(entities, pa.table({"relationship_id": ["r1", "r3"], "weight": [1.0, 2.5]})) != same
+    # the same bytes cut differently are another graph
+    assert graph_hash(pa.table({"entity_id": ["ab", "c"]}), rels) != graph_hash(pa.table({"entity_id": ["a", "bc"]}), rels)
+    assert graph_hash(entities.slice(0, 0), rels.slice(0, 0)) == graph_hash(entities.slice(0, 0), rels.slice(0, 0))
