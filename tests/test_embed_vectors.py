@@ -5,7 +5,13 @@ import pytest
 from graphwright import vectors as vectors_module
 from graphwright.config import EmbedConfig, VectorConfig
 from graphwright.embed import EmbedBatch, HashingEmbedder, make_embedder, model_name
-from graphwright.vectors import build_index, load_index, save_index, update_index
+from graphwright.vectors import (
+    build_index,
+    load_index,
+    may_update,
+    save_index,
+    update_index,
+)
 
 HASH = EmbedConfig(engine="hashing", dim=64)
 
@@ -153,6 +159,7 @@ def test_an_update_that_does_not_apply_returns_none(monkeypatch):
         pytest.fail("no vectors are read")
 
     hnsw = build_index(ids, vectors, config, hashes)
+    assert may_update(config, 100) and not may_update(config, 99) and not may_update(VectorConfig(engine="cuvs", hnsw_threshold=100), 200)
     assert update_index(build_index(ids, vectors, config), ids, hashes, never, config) is None  # no text hashes
     assert update_index(hnsw, ids[:50], hashes[:50], never, config) is None  # below the HNSW threshold
     monkeypatch.setattr(vectors_module, "MAX_REMOVED_SHARE", 0.2)

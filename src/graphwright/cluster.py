@@ -208,11 +208,8 @@ def _partition_bin(engine, n, edges, weights, groups, initial, options) -> tuple
 def _partition_each(engine, n, edges, weights, groups, *, seed, initial, **options) -> np.ndarray:
     """One engine call per graph of the union."""
     count = int(groups.max()) + 1
-    order = np.argsort(groups, kind="stable")
-    node_bounds = np.searchsorted(groups[order], np.arange(count + 1))
-    edge_groups = groups[edges[:, 0]]
-    edge_order = np.argsort(edge_groups, kind="stable")
-    edge_bounds = np.searchsorted(edge_groups[edge_order], np.arange(count + 1))
+    order, node_bounds = _grouped(groups, count)
+    edge_order, edge_bounds = _grouped(groups[edges[:, 0]], count)
     labels = np.empty(n, dtype=np.int64)
     local = np.empty(n, dtype=np.int64)
     offset = 0

@@ -41,6 +41,7 @@ from graphwright.vectors import (
     VectorIndex,
     build_index,
     load_from,
+    may_update,
     save_to,
     update_index,
 )
@@ -689,7 +690,8 @@ def _write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineC
             return _vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]))
 
         index = None
-        previous = _published_vector_index(store, kind)
+        # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
+        previous = _published_vector_index(store, kind) if may_update(cfg.vectors, len(item_ids)) else None
         if previous is not None:
             index = update_index(previous, item_ids, hashes, vectors_of, cfg.vectors)
             del previous

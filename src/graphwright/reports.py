@@ -67,7 +67,8 @@ def build_reports(
     ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count"]).to_pylist()}
     # only the relationships some report can use become Python rows (the rest stay in Arrow)
     top = _top_relationships(communities, relationships, config.context_relationships)
-    used = relationships.take(pa.array(unique(np.concatenate([np.empty(0, np.int64), *top])), pa.int64()))
+    top_rows = np.concatenate([np.empty(0, np.int64), *top])
+    used = relationships.take(pa.array(unique(top_rows), pa.int64()))
     if "description" not in used.column_names:
         text = descriptions(used.column("relationship_id").to_pylist())
         by_id = dict(zip(text.column("relationship_id").to_pylist(), text.column("description").to_pylist()))
@@ -78,7 +79,7 @@ def build_reports(
     community_rows = communities.drop_columns(["relationship_ids"]).to_pylist()
     # one take for all communities: each take from a chunked column concatenates its chunks
     # first (8 ms a community with 5.2M relationships, 53 s of the stage at 1.2M chunks)
-    names = relationships.column("relationship_id").take(pa.array(np.concatenate([np.empty(0, np.int64), *top]), pa.int64())).to_pylist()
+    names = relationships.column("relationship_id").take(pa.array(top_rows, pa.int64())).to_pylist()
     bounds = np.cumsum([0] + [len(mine) for mine in top]).tolist()
     for c, start, end in zip(community_rows, bounds, bounds[1:]):
         c["relationship_ids"] = names[start:end]

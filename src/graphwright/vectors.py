@@ -77,6 +77,12 @@ def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig, text_
     return VectorIndex(list(ids), index, text_hashes)
 
 
+def may_update(config: VectorConfig, items: int) -> bool:
+    """Whether an index of `items` vectors built with `config` is one update_index can update
+    (a faiss HNSW index): worth loading the previous index for."""
+    return config.engine == "faiss" and items >= config.hnsw_threshold
+
+
 def update_index(previous: VectorIndex, ids: list[str], text_hashes: list[str],
                  vectors_of: Callable[[list[str]], np.ndarray], config: VectorConfig) -> VectorIndex | None:
     """`previous` (an HNSW index) brought to the items `ids` whose vectors embed `text_hashes`:
@@ -87,8 +93,7 @@ def update_index(previous: VectorIndex, ids: list[str], text_hashes: list[str],
     or more than MAX_REMOVED_SHARE of its vectors removed."""
     import faiss
 
-    if (config.engine != "faiss" or len(ids) < config.hnsw_threshold or previous.text_hashes is None
-            or not isinstance(previous.index, faiss.IndexHNSWFlat)):
+    if not may_update(config, len(ids)) or previous.text_hashes is None or not isinstance(previous.index, faiss.IndexHNSWFlat):
         return None
 
     def keys(item_ids, hashes):
