@@ -43,7 +43,7 @@ def generate(path: Path, rows: int, dim: int = 384) -> None:
 def one(root: Path, keys: list[str], batch: int) -> dict:
     """In a child process: IndexStore.delete_in of `keys` from root's embeddings table, with lists
     of `batch` values."""
-    import graphwright.store as store_module
+    import graphwright.storage.delta as store_module
 
     store_module.DELETE_IN_KEYS = batch
     store = store_module.IndexStore(root)

@@ -21,9 +21,10 @@ import time
 import numpy as np
 from leiden_scale import planted_graph, run_graspologic, run_ours
 
-from graphwright.cluster import make_engine, modularity
 from graphwright.config import VectorConfig
-from graphwright.vectors import build_index
+from graphwright.engines.graph import make_engine
+from graphwright.engines.graph.graphs import modularity
+from graphwright.engines.vectors import build_index
 
 MAX_CLUSTER_SIZE, SEED, ITERATIONS = 25, 42, 2
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from graphwright.config import load_config
-from graphwright.pipeline import run_delete, run_index
-from graphwright.store import IndexStore
+from graphwright.pipeline.runner import run_delete, run_index
+from graphwright.storage.delta import IndexStore
 
 
 def row(label: str, s: dict, seconds: float, full_chunks: int) -> str:

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphwright.publish import DATA_TABLES, load_manifest
-from graphwright.store import IndexStore
-from graphwright import tables
+from graphwright.storage import contracts
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import DATA_TABLES, load_manifest
 
 CONFIG = "pipelines/tiny-test.yaml"
 
@@ -75,8 +75,8 @@ def main() -> int:
 
     ok = True
     for name in DATA_TABLES:
-        key = [(k, "ascending") for k in tables.schema(name).primary_key]
-        cols = [c for c in tables.schema(name).arrow.names if c != "run_id"]
+        key = [(k, "ascending") for k in contracts.schema(name).primary_key]
+        cols = [c for c in contracts.schema(name).arrow.names if c != "run_id"]
         a = IndexStore(killed).read(name, columns=cols).sort_by(key)
         b = IndexStore(fresh).read(name, columns=cols).sort_by(key)
         same = a.equals(b)

@@ -25,9 +25,9 @@ from pathlib import Path
 from _carol import story_words, write_opening
 
 from graphwright.config import load_config
-from graphwright.pipeline import run_index
+from graphwright.pipeline.runner import run_index
 from graphwright.query import query
-from graphwright.store import IndexStore
+from graphwright.storage.delta import IndexStore
 
 
 def report_calls(store: IndexStore, where: str = "") -> dict:

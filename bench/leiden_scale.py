@@ -26,8 +26,10 @@ import time
 
 import numpy as np
 
-from graphwright.cluster import hierarchical_leiden, make_engine, modularity
 from graphwright.config import ClusterConfig
+from graphwright.engines.graph import make_engine
+from graphwright.engines.graph.graphs import modularity
+from graphwright.stages.cluster.hierarchy import hierarchical_leiden
 
 
 def planted_graph(nodes: int, degree: float, mixing: float, seed: int) -> tuple[int, np.ndarray, np.ndarray]:
@@ -68,13 +70,13 @@ def planted_graph(nodes: int, degree: float, mixing: float, seed: int) -> tuple[
 def index_graph(index: str) -> tuple[int, np.ndarray, np.ndarray]:
     """The entity graph of a built index, as the cluster stage sees it, less its isolated entities
     (graspologic only sees nodes with edges)."""
-    from graphwright.cluster import _positions
-    from graphwright.store import IndexStore
+    from graphwright.stages.cluster.communities import entity_positions
+    from graphwright.storage.delta import IndexStore
 
     store = IndexStore(index)
     entity_ids = sorted(store.read("entities", columns=["entity_id"]).column("entity_id").to_pylist())
     rels = store.read("relationships", columns=["source_id", "target_id", "weight"])
-    edges = np.column_stack([_positions(rels.column(c), entity_ids) for c in ("source_id", "target_id")])
+    edges = np.column_stack([entity_positions(rels.column(c), entity_ids) for c in ("source_id", "target_id")])
     used, edges = np.unique(edges, return_inverse=True)
     return len(used), edges.reshape(-1, 2).astype(np.int64), rels.column("weight").to_numpy()
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from _carol import write_opening
 
 from graphwright.config import load_config
-from graphwright.pipeline import run_delete, run_index
-from graphwright.store import IndexStore
+from graphwright.pipeline.runner import run_delete, run_index
+from graphwright.storage.delta import IndexStore
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from graphwright.local_cluster import LocalCluster
+from graphwright.ops.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 HOTPOT = REPO.parent / "shared" / "data" / "hotpotqa-dev" / "corpus.jsonl"

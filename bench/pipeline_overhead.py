@@ -41,7 +41,7 @@ def main() -> None:
         print(f"skipped: {a.data} not found")
         return
     from graphwright.config import load_config
-    from graphwright.pipeline import run_index
+    from graphwright.pipeline.runner import run_index
 
     port = _port()
     server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), str(port)], stdout=subprocess.DEVNULL)

@@ -121,8 +121,8 @@ def _restore(folder: Path) -> None:
 def run_one(corpus: Path, index: Path, executor: str) -> dict:
     """Index `corpus` in this process; returns the per-stage metrics and the peak RSS."""
     from graphwright.config import load_config
-    from graphwright.pipeline import run_index
-    from graphwright.store import IndexStore
+    from graphwright.pipeline.runner import run_index
+    from graphwright.storage.delta import IndexStore
 
     config = load_config(None, {"embed": {"engine": "hashing"}, "execution": {"executor": executor, "commit_every": 4096}})
     started = time.perf_counter()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from graphwright import ids
-from graphwright.chunking import chunk_text
 from graphwright.config import ChunkConfig, ExtractConfig
-from graphwright.extract.nlp import extract_chunk
+from graphwright.stages.chunk import chunk_text
+from graphwright.stages.extract.nlp import extract_chunk
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data beside the repo
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _fresh_process import MeasurementFailed, measure
 from resolve_scale import generate
 
-from graphwright.names import resolution_key
+from graphwright.text.names import resolution_key
 
 
 def inputs(n: int) -> tuple[pa.Table, pa.Table, pa.Table]:

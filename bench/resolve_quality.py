@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from resolve_data import extract_corpus, load_corpus
 
 from graphwright.config import EmbedConfig, ResolveConfig
-from graphwright.resolve import resolve
+from graphwright.stages.resolve.core import resolve
 
 DATA = Path(__file__).parent / "data"
 
@@ -65,7 +65,7 @@ def main() -> int:
                "linked": ResolveConfig(**overrides)}
     embed = None
     if args.embeddings:
-        from graphwright.embed import make_embedder
+        from graphwright.engines.embed import make_embedder
 
         embed = make_embedder(EmbedConfig()).encode
         methods["linked+embeddings"] = ResolveConfig(**{**overrides, "embeddings": True})

@@ -27,7 +27,6 @@ import time
 
 import numpy as np
 import pyarrow as pa
-
 from _fresh_process import MeasurementFailed, measure
 
 SYL = ["al", "der", "bren", "wick", "cor", "vale", "mar", "tin", "os", "ley", "ha", "ven", "dor", "ric", "el", "wyn",
@@ -95,7 +94,7 @@ def rss_mib() -> float:
 
 def one(n: int, method: str) -> dict:
     from graphwright.config import ResolveConfig
-    from graphwright.resolve import resolve
+    from graphwright.stages.resolve.core import resolve
 
     mentions, assertions = generate(n)
     before = rss_mib()

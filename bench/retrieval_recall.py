@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from graphwright.evaluate import evaluate, load_questions
-from graphwright.query import MODES, Searcher
+from graphwright.query.evaluate import evaluate, load_questions
+from graphwright.query.searcher import MODES, Searcher
 
 
 def main() -> int:

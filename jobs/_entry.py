@@ -17,9 +17,13 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def run(action: Callable[[], dict]) -> int:
     """Print the result as one JSON line; on failure print why on stderr and exit 1, or 75
     (EX_TEMPFAIL: try again later) when another run holds the index."""
-    from graphwright.lock import LOCKED_EXIT, IndexLocked, LockLost
-    from graphwright.pipeline import NothingToIndex, RefusedDeletion, TooManyFailures
-    from graphwright.publish import NoPublishedVersion
+    from graphwright.pipeline.errors import (
+        NothingToIndex,
+        RefusedDeletion,
+        TooManyFailures,
+    )
+    from graphwright.storage.lock import LOCKED_EXIT, IndexLocked, LockLost
+    from graphwright.storage.manifest import NoPublishedVersion
 
     try:
         result = action()

@@ -7,7 +7,7 @@ import sys
 
 from _entry import parser, run
 
-from graphwright import jobs
+from graphwright.ops import jobs
 
 if __name__ == "__main__":
     p = parser(__doc__)

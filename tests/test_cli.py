@@ -2,10 +2,10 @@ import json
 from pathlib import Path
 
 import pytest
+from _helpers import CONFIG_FILE, CORPUS
 from typer.testing import CliRunner
 
 from graphwright.cli import app
-from _helpers import CONFIG_FILE, CORPUS
 
 runner = CliRunner()
 
@@ -29,7 +29,7 @@ def cli_index(tmp_path_factory):
     # the file asks for Ray; --executor local on the command line must win
     config.write_text("chunk: {size_tokens: 64, overlap_tokens: 8}\nembed:\n  engine: hashing\nexecution:\n  executor: ray\n")
     mp = pytest.MonkeyPatch()
-    import graphwright.executors as executors
+    import graphwright.pipeline.executors as executors
 
     def no_ray(*a, **k):
         raise AssertionError("--executor local was ignored: the Ray executor was started")

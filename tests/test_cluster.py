@@ -3,21 +3,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from graphwright import ids, tables
-from graphwright.cluster import (
-    ChunkLists,
-    IgraphEngine,
-    LeidenalgEngine,
+from graphwright import ids
+from graphwright.config import ClusterConfig
+from graphwright.engines.graph import make_engine
+from graphwright.engines.graph.graphs import modularity
+from graphwright.engines.graph.igraph_engine import IgraphEngine, group_node_weights
+from graphwright.engines.graph.leidenalg_engine import LeidenalgEngine
+from graphwright.stages.cluster.communities import ChunkLists, cluster, cluster_parts
+from graphwright.stages.cluster.hierarchy import (
     _relabel,
-    cluster,
-    cluster_parts,
-    group_node_weights,
     hierarchical_leiden,
-    make_engine,
-    modularity,
     partition_groups,
 )
-from graphwright.config import ClusterConfig
+from graphwright.storage import contracts
 
 
 def planted_partition(sizes, p_in, p_out, seed):
@@ -138,7 +136,7 @@ def test_relabel_orders_groups_by_smallest_member():
 
 
 def test_bins_hold_each_graph_whole_in_local_ids(monkeypatch):
-    import graphwright.cluster as cluster_module
+    import graphwright.stages.cluster.hierarchy as cluster_module
 
     rng = np.random.default_rng(3)
     groups = np.sort(rng.integers(0, 40, 600))
@@ -188,7 +186,7 @@ def test_cluster_table():
     entities, relationships = _graph_tables()
     cfg = ClusterConfig(max_cluster_size=10)
     table = cluster(entities, relationships, cfg)
-    tables.schema("communities").validate(table)
+    contracts.schema("communities").validate(table)
     rows = table.to_pylist()
     by_id = {r["community_id"]: r for r in rows}
     all_entities = set(entities.column("entity_id").to_pylist())
@@ -234,7 +232,7 @@ def test_chunk_lists_scanned_in_batches_cluster_as_the_table_does():
 
 
 def test_cluster_empty_graph():
-    table = cluster(tables.empty("entities"), tables.empty("relationships"), ClusterConfig())
+    table = cluster(contracts.empty("entities"), contracts.empty("relationships"), ClusterConfig())
     assert table.num_rows == 0
 
 
@@ -269,7 +267,7 @@ def test_warm_start_from_an_identical_graph_keeps_every_community(engine):
     entities, relationships = _graph_tables()
     cold = cluster(entities, relationships, cfg)
     warm = _cluster_warm(entities, relationships, cfg, previous=cold)
-    tables.schema("communities").validate(warm)
+    contracts.schema("communities").validate(warm)
     assert sorted(warm.column("community_id").to_pylist()) == sorted(cold.column("community_id").to_pylist())
 
 
@@ -335,7 +333,7 @@ def test_group_node_weights_make_cpm_equal_modularity():
 
 
 def test_cugraph_engine_routes_small_graphs_to_igraph_without_a_gpu():
-    from graphwright.cluster_gpu import CugraphEngine
+    from graphwright.engines.graph.cugraph_engine import CugraphEngine
 
     n, edges, weights = hierarchical_graph()
     cfg = ClusterConfig(max_cluster_size=10)
@@ -346,7 +344,7 @@ def test_cugraph_engine_routes_small_graphs_to_igraph_without_a_gpu():
 
 
 def test_levels_split_in_bins_give_the_same_hierarchy_in_any_number_of_processes(monkeypatch):
-    import graphwright.cluster as cluster_module
+    import graphwright.stages.cluster.hierarchy as cluster_module
 
     n, edges, weights, _ = planted_partition([30] * 12, 0.4, 0.01, seed=8)
     monkeypatch.setattr(cluster_module, "BIN_EDGES", len(edges) // 5)  # several bins per level
@@ -363,7 +361,7 @@ def test_levels_split_in_bins_give_the_same_hierarchy_in_any_number_of_processes
 
 
 def test_graph_hash_identifies_the_weighted_graph_whatever_the_row_order():
-    from graphwright.cluster import graph_hash
+    from graphwright.stages.cluster.communities import graph_hash
 
     entities = pa.table({"entity_id": ["e1", "e2", "e3"]})
     rels = pa.table({"relationship_id": ["r1", "r2"], "weight": [1.0, 2.5]})

@@ -1,9 +1,9 @@
 import pyarrow as pa
 import pytest
+from _helpers import CONFIG_FILE
 
 from graphwright.config import ConfigError, PipelineConfig, load_config
-from graphwright.executors import BatchStage, LocalExecutor, make_executor
-from _helpers import CONFIG_FILE
+from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_executor
 
 
 def test_defaults_are_the_local_cpu_profile():

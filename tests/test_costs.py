@@ -12,12 +12,12 @@ from deltalake import write_deltalake
 from fake_openai import FakeOpenAI
 from typer.testing import CliRunner
 
-from graphwright import jobs
 from graphwright.cli import app
 from graphwright.config import CostConfig, ModelPrice
-from graphwright.costs import cost_history, stage_cost
-from graphwright.publish import PublishedIndex
-from graphwright.store import IndexStore
+from graphwright.ops import jobs
+from graphwright.ops.costs import cost_history, stage_cost
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import PublishedIndex
 
 runner = CliRunner()
 PRICES = {"cpu_hour": 36.0, "gpu_hour": 3600.0, "llm": {"fake-model": {"prompt_per_million": 1e6, "completion_per_million": 2e6}}}

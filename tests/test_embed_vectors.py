@@ -2,10 +2,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphwright import vectors as vectors_module
 from graphwright.config import EmbedConfig, VectorConfig
-from graphwright.embed import EmbedBatch, HashingEmbedder, make_embedder, model_name
-from graphwright.vectors import (
+from graphwright.engines import vectors as vectors_module
+from graphwright.engines.embed import EmbedBatch, make_embedder, model_name
+from graphwright.engines.embed.hashing_engine import HashingEmbedder
+from graphwright.engines.vectors import (
     build_index,
     load_index,
     may_update,

@@ -23,7 +23,7 @@ from graphwright.cli import app
 from graphwright.exports import export, export_dir
 from graphwright.exports import graphrag as graphrag_export
 from graphwright.exports.graph import PublishedGraph
-from graphwright.publish import PublishedIndex, manifests
+from graphwright.storage.manifest import PublishedIndex, manifests
 
 REPO = Path(__file__).resolve().parents[1]
 # the reference engines' own venv (README, "Exports"); GRAPHWRIGHT_REF_VENV points elsewhere

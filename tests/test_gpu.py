@@ -18,7 +18,7 @@ MODEL = os.environ.get("GRAPHWRIGHT_GPU_MODEL")
 def prompts():
     from _helpers import CORPUS
 
-    from graphwright.chunking import chunk_text
+    from graphwright.stages.chunk import chunk_text
 
     text = " ".join(p.read_text() for p in sorted(CORPUS.rglob("*.txt")))
     return [c["text"] for c in chunk_text("gpu", text * 8, 254, 32)][:64]
@@ -31,10 +31,10 @@ def test_vllm_extraction_throughput_against_bare_vllm(prompts):
     from vllm.sampling_params import StructuredOutputsParams
 
     from graphwright.config import LLMConfig
-    from graphwright.extract.llm import extraction_request
-    from graphwright.extract.parse import parse_extraction
-    from graphwright.extract.prompts import EXTRACTION_SCHEMA, system_prompt
-    from graphwright.llm.vllm_engine import VLLMEngine
+    from graphwright.engines.llm.vllm_engine import VLLMEngine
+    from graphwright.stages.extract.llm import extraction_request
+    from graphwright.stages.extract.parse import parse_extraction
+    from graphwright.stages.extract.prompts import EXTRACTION_SCHEMA, system_prompt
 
     system = system_prompt(["PERSON", "ORGANIZATION", "GEO", "EVENT", "CONCEPT"])
     config = LLMConfig(engine="vllm", model=MODEL, replicas=1, batch_size=64, max_tokens=512, max_model_len=4096)
@@ -68,9 +68,11 @@ def test_cugraph_hierarchy_against_igraph():
     import numpy as np
     from test_cluster import check_hierarchy, planted_partition
 
-    from graphwright.cluster import IgraphEngine, hierarchical_leiden, modularity
-    from graphwright.cluster_gpu import CugraphEngine
     from graphwright.config import ClusterConfig
+    from graphwright.engines.graph.cugraph_engine import CugraphEngine
+    from graphwright.engines.graph.graphs import modularity
+    from graphwright.engines.graph.igraph_engine import IgraphEngine
+    from graphwright.stages.cluster.hierarchy import hierarchical_leiden
 
     n, edges, weights, planted = planted_partition([120] * 8 + [40] * 10, 0.15, 0.004, seed=9)
     cfg = ClusterConfig(engine="cugraph", max_cluster_size=30)
@@ -96,7 +98,7 @@ def test_cuvs_index_against_faiss(tmp_path):
     import numpy as np
 
     from graphwright.config import VectorConfig
-    from graphwright.vectors import build_index, load_index, save_index
+    from graphwright.engines.vectors import build_index, load_index, save_index
 
     rng = np.random.default_rng(3)
     centers = rng.normal(size=(50, 64))

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graphwright.config import load_config
-from graphwright.pipeline import run_index
-from graphwright.store import IndexStore
+from graphwright.pipeline.runner import run_index
+from graphwright.storage.delta import IndexStore
 
 PEOPLE = ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad", "Goran Petrov"]
 PLACES = ["Port Elling", "Kestrel Island", "Greywater River", "Amberfield"]

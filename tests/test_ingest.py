@@ -3,11 +3,16 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from graphwright import ids
-from graphwright.ingest import Document, decode_text, diff_documents, documents_table, read_sources
 from _helpers import CORPUS, CORPUS_KEYS
 
+from graphwright import ids
+from graphwright.stages.ingest.diff import diff_documents
+from graphwright.stages.ingest.sources import (
+    Document,
+    decode_text,
+    documents_table,
+    read_sources,
+)
 
 # ------------------------------------------------------------------ decode_text
 
@@ -155,9 +160,9 @@ def test_documents_table():
     assert rows[0]["metadata"] == '{"a": 1, "b": 2}'
     assert rows[1]["metadata"] is None
     assert rows[1]["n_chars"] == 3 and rows[1]["run_id"] == "run-1"
-    from graphwright import tables
+    from graphwright.storage import contracts
 
-    tables.schema("documents").validate(table)
+    contracts.schema("documents").validate(table)
 
 
 # ------------------------------------------------------------------ diff_documents
@@ -207,7 +212,7 @@ def test_read_sources_skips_hidden_folders(tmp_path):
 
 @pytest.mark.parametrize("batch", [1, 2, 1000])
 def test_document_tables_equal_the_documents_read_one_by_one(mixed_folder, monkeypatch, batch):
-    from graphwright import ingest
+    from graphwright.stages.ingest import sources as ingest
 
     monkeypatch.setattr(ingest, "TABLE_BATCH_DOCUMENTS", batch)
     errors, failed = [], set()

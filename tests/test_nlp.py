@@ -1,10 +1,17 @@
 import pyarrow as pa
 import pytest
+from _helpers import CORPUS, make_extraction_fail
 
 from graphwright.config import ExtractConfig
-from graphwright.extract import EXTRACTION_BATCH_SCHEMA, extractor_key, extractor_stage
-from graphwright.extract.nlp import RULES_VERSION, NlpExtractor, extract_chunk, find_names, split_sentences
-from _helpers import CORPUS, make_extraction_fail
+from graphwright.stages.extract.extractors import extractor_key, extractor_stage
+from graphwright.stages.extract.nlp import (
+    RULES_VERSION,
+    NlpExtractor,
+    extract_chunk,
+    find_names,
+)
+from graphwright.stages.extract.rows import EXTRACTION_BATCH_SCHEMA
+from graphwright.text.sentences import split_sentences
 
 CFG = ExtractConfig()
 

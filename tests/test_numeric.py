@@ -1,7 +1,7 @@
 import numpy as np
 import pyarrow as pa
 
-from graphwright.numeric import distinct_lists, sorted_codes, unique
+from graphwright.util.numeric import distinct_lists, sorted_codes, unique
 
 
 def test_sorted_codes_index_the_sorted_distinct_values():

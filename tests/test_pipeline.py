@@ -4,14 +4,30 @@ import shutil
 
 import pyarrow.compute as pc
 import pytest
+from _helpers import (
+    CORPUS,
+    CORPUS_KEYS,
+    assert_valid,
+    data_table_versions,
+    diff_counts,
+    index_fresh,
+    make_config,
+    run,
+)
 
 from graphwright import ids
-from graphwright import pipeline as P
-from graphwright.pipeline import NothingToIndex
-from graphwright.publish import DATA_TABLES, NoPublishedVersion, PublishedIndex, load_manifest, manifests
+from graphwright.pipeline import context, definition
+from graphwright.pipeline.errors import NothingToIndex
 from graphwright.query import query
-from graphwright.store import IndexStore
-from _helpers import CORPUS, CORPUS_KEYS, assert_valid, data_table_versions, diff_counts, index_fresh, make_config, run
+from graphwright.stages.embed import vector_files
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import (
+    DATA_TABLES,
+    NoPublishedVersion,
+    PublishedIndex,
+    load_manifest,
+    manifests,
+)
 
 
 @pytest.fixture
@@ -35,7 +51,7 @@ def test_index_summary_matches_the_tables(indexed):
     assert s["reports"] == store.count("community_reports") > 1
     assert diff_counts(s["documents_diff"]) == {"new": 6, "changed": 0, "unchanged": 0, "deleted": 0}
     assert s["source_errors"] == []
-    assert set(s["seconds"]) == set(P.STAGES)
+    assert set(s["seconds"]) == {st.name for st in definition.INDEX if st.enabled(make_config())}
 
 
 def test_every_table_satisfies_its_contract_and_lineage_holds(indexed):
@@ -69,7 +85,7 @@ def test_runs_and_stage_metrics_are_recorded(indexed):
     assert [(r["run_id"], r["status"]) for r in runs] == [(indexed.summary["run_id"], "succeeded")]
     assert runs[0]["finished_at"] >= runs[0]["started_at"]
     metrics = assert_valid(indexed.store, "stage_metrics").to_pylist()
-    assert {m["stage"] for m in metrics} == set(P.STAGES)
+    assert {m["stage"] for m in metrics} == {st.name for st in definition.INDEX if st.enabled(make_config())}
 
 
 def test_manifest_pins_the_tables_and_vector_files(indexed):
@@ -136,7 +152,7 @@ def test_rerun_extracts_nothing_and_publishes_nothing(indexed, indexed_copy):
 
 def test_editing_a_document_reextracts_only_its_changed_chunks(fresh, monkeypatch):
     # below the HNSW threshold the vector indexes are rebuilt: the published ones are not even read
-    monkeypatch.setattr(P, "_published_vector_index", lambda *a: pytest.fail("read the published vector index"))
+    monkeypatch.setattr(vector_files, "published_vector_index", lambda *a: pytest.fail("read the published vector index"))
     store = fresh.store
     harbor = ids.doc_id("harbor.txt")
     old_chunks = {c["chunk_id"]: c for c in store.read("chunks").to_pylist()}
@@ -204,7 +220,7 @@ def test_deleting_a_document_removes_every_row_that_references_it(fresh):
     emb = store.read("embeddings", where="kind = 'chunk'")
     assert not gone_chunks & set(emb.column("item_id").to_pylist())
     # no description or report keeps a sentence that only the deleted document contained
-    from graphwright.extract.nlp import split_sentences
+    from graphwright.text.sentences import split_sentences
 
     others = " ".join(" ".join(t.split()) for t in store.read("documents").column("text").to_pylist())
     only_there = [" ".join(gone_text[a:b].split()) for a, b in split_sentences(gone_text)]
@@ -299,8 +315,8 @@ def test_duplicate_records_in_one_file_are_reported_not_fatal(tmp_path):
 
 def test_a_noop_rerun_does_not_start_an_executor(indexed, indexed_copy, monkeypatch):
     started = []
-    real = P.make_executor
-    monkeypatch.setattr(P, "make_executor", lambda cfg: started.append(cfg) or real(cfg))
+    real = context.make_executor
+    monkeypatch.setattr(context, "make_executor", lambda cfg: started.append(cfg) or real(cfg))
     s = run([indexed.corpus], indexed_copy.index)
     assert s["chunks_extracted"] == 0 and not s["new_version"]
     assert started == []

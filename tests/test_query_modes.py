@@ -8,16 +8,17 @@ import re
 
 import numpy as np
 import pytest
+from _helpers import DATA, make_config, run
+from fake_openai import FakeOpenAI
 from typer.testing import CliRunner
 
 from graphwright.cli import app
-from graphwright.evaluate import evaluate, load_questions
 from graphwright.ids import doc_id
-from graphwright.query import MODES, Searcher, query
+from graphwright.query import query
+from graphwright.query.evaluate import evaluate, load_questions
 from graphwright.query.global_search import NO_DATA, covering_communities
 from graphwright.query.keywords import question_keywords
-from _helpers import DATA, make_config, run
-from fake_openai import FakeOpenAI
+from graphwright.query.searcher import MODES, Searcher
 
 QUESTION = "Who will carry the copper to Port Elling, and what did Dr. Ilse Brandt measure?"
 
@@ -64,7 +65,7 @@ def test_unknown_mode_is_refused(indexed):
 
 
 def test_local_context_fits_its_token_budget(indexed):
-    from graphwright.query.budget import count_tokens
+    from graphwright.text.tokens import count_tokens
 
     searcher = Searcher(str(indexed))
     wide = searcher.search(QUESTION, "local", 8)
@@ -222,8 +223,8 @@ def test_llm_keywords_are_used_and_cached(indexed, with_llm):
 
 
 def test_relationships_are_embedded_as_source_target_description(indexed):
-    from graphwright.embed import make_embedder
-    from graphwright.store import IndexStore
+    from graphwright.engines.embed import make_embedder
+    from graphwright.storage.delta import IndexStore
 
     store = IndexStore(indexed)
     rel = store.read("relationships").to_pylist()[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from graphwright.local_cluster import RAY, LocalCluster
+from graphwright.ops.local_cluster import RAY, LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not RAY.exists(), reason="the ray CLI is not installed beside this python")

@@ -2,10 +2,11 @@ import json
 
 import pyarrow as pa
 
-from graphwright import ids, tables
+from graphwright import ids
 from graphwright.config import ReportConfig
-from graphwright.reports import GENERATOR, _sentences
-from graphwright.reports import build_reports as _build_reports
+from graphwright.stages.report.extractive import GENERATOR, _sentences
+from graphwright.stages.report.extractive import build_reports as _build_reports
+from graphwright.storage import contracts
 
 
 def build_reports(*args, **kwargs) -> pa.Table:
@@ -70,15 +71,15 @@ def small_world():
                      children=[leaf_a["community_id"], leaf_b["community_id"]], chunks=("c1", "c2", "c3"))
     leaf_a["parent_id"] = leaf_b["parent_id"] = root["community_id"]
     single = community(0, ["lonely"], [])
-    comms = pa.Table.from_pylist([root, leaf_a, leaf_b, single], schema=tables.schema("communities").arrow)
-    return (comms, pa.Table.from_pylist(ents, schema=tables.schema("entities").arrow),
-            pa.Table.from_pylist([r1, r2, r3], schema=tables.schema("relationships").arrow))
+    comms = pa.Table.from_pylist([root, leaf_a, leaf_b, single], schema=contracts.schema("communities").arrow)
+    return (comms, pa.Table.from_pylist(ents, schema=contracts.schema("entities").arrow),
+            pa.Table.from_pylist([r1, r2, r3], schema=contracts.schema("relationships").arrow))
 
 
 def test_reports_contract_and_min_size():
     comms, ents, rels = small_world()
     reports = build_reports(comms, ents, rels, ReportConfig())
-    tables.schema("community_reports").validate(reports)
+    contracts.schema("community_reports").validate(reports)
     assert reports.num_rows == 3  # the single-entity community is below min_size
     assert set(reports.column("generator").to_pylist()) == {GENERATOR}
     everyone = build_reports(comms, ents, rels, ReportConfig(min_size=1))

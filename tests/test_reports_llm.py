@@ -10,13 +10,13 @@ import pytest
 from _helpers import CORPUS, assert_valid, make_config, run
 from fake_openai import FakeOpenAI
 
-from graphwright.extract.parse import ParseError
-from graphwright.llm_reports import Plan, parse_report, report_request
-from graphwright.pipeline import TooManyFailures
-from graphwright.publish import load_manifest
+from graphwright.pipeline.errors import TooManyFailures
 from graphwright.query import query
-from graphwright.reports import LLMReports
-from graphwright.store import IndexStore
+from graphwright.stages.extract.parse import ParseError
+from graphwright.stages.report.llm import Plan, parse_report, report_request
+from graphwright.stages.report.llm_reports import LLMReports
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import load_manifest
 
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 5}
 # small enough that the top-level communities' own rows do not fit, so their children's reports

@@ -4,9 +4,14 @@ import numpy as np
 import pytest
 from _helpers import assertions_table, mentions_table
 
-from graphwright import ids, tables
+from graphwright import ids
 from graphwright.config import ResolveConfig
-from graphwright.resolve import merge_descriptions, ordered_descriptions, resolve
+from graphwright.stages.resolve.core import resolve
+from graphwright.stages.resolve.descriptions import (
+    merge_descriptions,
+    ordered_descriptions,
+)
+from graphwright.storage import contracts
 
 CFG = ResolveConfig()
 
@@ -35,7 +40,7 @@ def resolved():
 
 def test_outputs_satisfy_contracts(resolved):
     for name, table in zip(("entities", "entity_aliases", "relationships"), resolved):
-        tables.schema(name).validate(table)
+        contracts.schema(name).validate(table)
 
 
 def test_merges_surface_forms_by_normalized_name(resolved):
@@ -102,7 +107,7 @@ def test_resolve_ignores_input_order(resolved):
 
 
 def test_resolve_empty():
-    entities, aliases, rels = resolve(tables.empty("mentions"), tables.empty("assertions"), CFG)
+    entities, aliases, rels = resolve(contracts.empty("mentions"), contracts.empty("assertions"), CFG)
     assert entities.num_rows == aliases.num_rows == rels.num_rows == 0
 
 
@@ -120,24 +125,20 @@ def test_merge_descriptions_orders_by_frequency_then_corpus_position_within_budg
 def test_description_plan_matches_merge_descriptions_row_by_row():
     import pyarrow as pa
 
-    from graphwright.resolve import (
-        _as_scan,
-        _description_hashes,
-        _DescriptionPlan,
-        _fetch_texts,
-    )
+    from graphwright.stages.resolve.codes import as_scan, description_hashes
+    from graphwright.stages.resolve.descriptions import DescriptionPlan, fetch_texts
 
     rng = random.Random(3)
     words = ["alpha", "beta", "gamma délta", "", None, "epsilon zeta eta", "theta", "iota kappa", "b", "a"]
     # (group, text, rank): few ranks, so that many descriptions tie on (mentions, earliest) and the text decides
     rows = [(rng.randrange(6), rng.choice(words), rng.randrange(12)) for _ in range(400)]
     texts = pa.array([d for _, d, _ in rows], pa.string())
-    hashes, lengths = _description_hashes(texts)
-    scan = _as_scan(pa.table({"description": texts}))
+    hashes, lengths = description_hashes(texts)
+    scan = as_scan(pa.table({"description": texts}))
     for max_chars in (5, 30, 80):
-        plan = _DescriptionPlan(np.array([g for g, _, _ in rows]), hashes, lengths, np.array([r for *_, r in rows]),
+        plan = DescriptionPlan(np.array([g for g, _, _ in rows]), hashes, lengths, np.array([r for *_, r in rows]),
                                 7, max_chars, True)
-        fetched = _fetch_texts(scan, plan.needed())
+        fetched = fetch_texts(scan, plan.needed())
         merged, over = plan.merge(fetched), plan.overflow(fetched)
         for g in range(7):
             mine = [(r, d) for gg, d, r in rows if gg == g]

@@ -9,17 +9,17 @@ from _helpers import assertions_table, mentions_table
 
 from graphwright import ids
 from graphwright.config import ResolveConfig
-from graphwright.names import resolution_key
-from graphwright.neighbours import neighbours, ngram_vectors
-from graphwright.resolve import resolve
-from graphwright.resolve_adjudicate import adjudicate, parse_verdict
-from graphwright.resolve_scoring import (
+from graphwright.engines.vectors.neighbours import neighbours, ngram_vectors
+from graphwright.stages.resolve.adjudicate import adjudicate, parse_verdict
+from graphwright.stages.resolve.core import resolve
+from graphwright.stages.resolve.scoring import (
     CodeSet,
     contained,
     name_score,
     overlap,
     spelling_score,
 )
+from graphwright.text.names import resolution_key
 
 LINKED = ResolveConfig()
 
@@ -154,11 +154,11 @@ def test_borderline_pairs_go_to_the_adjudicator():
 
 
 def test_adjudicate_asks_through_the_cache(tmp_path, monkeypatch):
-    from graphwright import resolve_adjudicate
     from graphwright.config import LLMConfig
-    from graphwright.llm import LLMResponse
-    from graphwright.resolve_scoring import KeyProfile, PairScorer
-    from graphwright.store import IndexStore
+    from graphwright.engines.llm.interface import LLMResponse
+    from graphwright.stages.resolve import adjudicate as resolve_adjudicate
+    from graphwright.stages.resolve.scoring import KeyProfile, PairScorer
+    from graphwright.storage.delta import IndexStore
 
     class Engine:
         def complete(self, requests):
@@ -208,8 +208,8 @@ def test_cuvs_neighbours_match_faiss():
 @pytest.mark.slow  # three index runs: ~12 s on 2 shared cores
 def test_pipeline_update_undoes_and_redoes_merges_like_a_fresh_build(tmp_path):
     from graphwright.config import load_config
-    from graphwright.pipeline import run_index
-    from graphwright.store import IndexStore
+    from graphwright.pipeline.runner import run_index
+    from graphwright.storage.delta import IndexStore
 
     config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 16},
                                     "ingest": {"max_delete_fraction": 1.0}})

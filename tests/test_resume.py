@@ -4,11 +4,12 @@ ends, with no duplicate rows."""
 import shutil
 
 import pytest
-
-from graphwright import pipeline as P
-from graphwright import tables
-from graphwright.store import IndexStore
 from _helpers import CORPUS, make_config, make_extraction_fail, run, sorted_rows
+
+from graphwright.pipeline.errors import TooManyFailures
+from graphwright.stages import extract as extract_stage
+from graphwright.storage import contracts
+from graphwright.storage.delta import IndexStore
 
 # small batches and a commit per batch, so the extract stage commits many times
 SMALL = dict(extract={"batch_size": 2}, execution={"commit_every": 2})
@@ -22,7 +23,7 @@ class Crash(RuntimeError):
 def assert_same_result(store, reference, names=GRAPH + ("communities",)):
     for name in names:
         table = store.read(name)
-        tables.schema(name).validate(table)  # includes: no duplicate primary keys
+        contracts.schema(name).validate(table)  # includes: no duplicate primary keys
         assert sorted_rows(table, name) == sorted_rows(reference.read(name), name), name
     marks = store.read("extractions").to_pylist()
     assert len(marks) == store.count("chunks") and {m["status"] for m in marks} == {"ok"}
@@ -38,7 +39,7 @@ def corpus(tmp_path):
 
 def test_crash_between_extract_commits_then_resume(indexed, corpus, tmp_path, monkeypatch):
     index = tmp_path / "index"
-    real = P._commit_extractions
+    real = extract_stage._commit_extractions
     calls = []
 
     def crash_on_second(run_, results):
@@ -47,10 +48,10 @@ def test_crash_between_extract_commits_then_resume(indexed, corpus, tmp_path, mo
             raise Crash("killed during the extract stage")
         return real(run_, results)
 
-    monkeypatch.setattr(P, "_commit_extractions", crash_on_second)
+    monkeypatch.setattr(extract_stage, "_commit_extractions", crash_on_second)
     with pytest.raises(Crash):
         run([corpus], index, make_config(**SMALL))
-    monkeypatch.setattr(P, "_commit_extractions", real)
+    monkeypatch.setattr(extract_stage, "_commit_extractions", real)
 
     store = IndexStore(index)
     done = store.count("extractions")
@@ -95,7 +96,7 @@ def test_failed_chunks_are_retried_on_the_next_run(indexed, corpus, tmp_path, mo
     make_extraction_fail(monkeypatch, "Hollis Wren", "extractor fell over")
     index = tmp_path / "index"
     # above the failure threshold the run fails and publishes nothing, but keeps what it extracted
-    with pytest.raises(P.TooManyFailures, match="max_failed_fraction"):
+    with pytest.raises(TooManyFailures, match="max_failed_fraction"):
         run([corpus], index)
     assert IndexStore(index).count("index_manifest") == 0
     assert IndexStore(index).count("extractions") == IndexStore(index).count("chunks")

@@ -13,12 +13,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-from graphwright.lock import LOCK_FILE, LOCKED_EXIT, IndexLocked, LockLost, run_lock
-from graphwright.publish import load_manifest
-from graphwright.store import IndexStore
 from _helpers import CONFIG_FILE, CORPUS, CORPUS_KEYS
 from test_lock import kill_holder, start_holder
+
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.lock import (
+    LOCK_FILE,
+    LOCKED_EXIT,
+    IndexLocked,
+    LockLost,
+    run_lock,
+)
+from graphwright.storage.manifest import load_manifest
 
 pytest.importorskip("moto", reason="needs the dev extra (moto[server])")
 BUCKET = "graphwright-test"
@@ -81,7 +87,7 @@ def upload(client, folder: Path, uri: str) -> None:
 
 def test_storage_options_come_from_graphwright_storage_variables_and_stay_out_of_the_config():
     from graphwright.config import load_config
-    from graphwright.storage import is_uri, join, storage_options
+    from graphwright.storage.location import is_uri, join, storage_options
 
     env = {"GRAPHWRIGHT_STORAGE__AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "GRAPHWRIGHT_STORAGE__AWS_ALLOW_HTTP": "true",
            "GRAPHWRIGHT_LOCK__LEASE_S": "30", "GRAPHWRIGHT_CHUNK__SIZE_TOKENS": "100"}
@@ -175,7 +181,7 @@ def test_concurrent_delta_writers_on_s3_lose_no_commit(s3, prefix):
 
 
 def test_sources_read_from_s3_prefix_object_and_glob(s3, prefix):
-    from graphwright.ingest import read_sources
+    from graphwright.stages.ingest.sources import read_sources
 
     upload(s3.client, CORPUS, f"{prefix}/corpus")
     batch = read_sources([f"{prefix}/corpus"])

@@ -1,4 +1,4 @@
-"""The HTTP API (graphwright.server) against a small real index, through FastAPI's TestClient."""
+"""The HTTP API (graphwright.serve.api) against a small real index, through FastAPI's TestClient."""
 
 import json
 import shutil
@@ -11,10 +11,10 @@ from fastapi import HTTPException
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from graphwright import server
 from graphwright.cli import app as cli_app
 from graphwright.query import query
-from graphwright.server import IndexRoot, SearcherCache, create_app, load_api_keys
+from graphwright.serve import api as server
+from graphwright.serve.api import IndexRoot, SearcherCache, create_app, load_api_keys
 
 KEY, OTHER_KEY = "test-key-1", "test-key-2"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from _helpers import CORPUS
 
 from graphwright import ids
-from graphwright.store import IndexStore
-from _helpers import CORPUS
+from graphwright.storage.delta import IndexStore
 
 pytestmark = pytest.mark.slow
 

@@ -5,16 +5,25 @@ import json
 
 import numpy as np
 import pytest
+from _helpers import (
+    CORPUS,
+    CORPUS_KEYS,
+    assert_valid,
+    data_table_versions,
+    diff_counts,
+    make_config,
+)
 
-from graphwright import ids, tables
-from graphwright import pipeline as P
-from graphwright.embed import make_embedder, model_name
-from graphwright.extract import extractor_key
-from graphwright.progress import StageProgress
-from graphwright.publish import DATA_TABLES, load_manifest
-from graphwright.store import IndexStore
-from graphwright.vectors import load_index
-from _helpers import CORPUS, CORPUS_KEYS, assert_valid, data_table_versions, diff_counts, make_config
+from graphwright import ids
+from graphwright.engines.embed import make_embedder, model_name
+from graphwright.engines.vectors import load_index
+from graphwright.pipeline import definition
+from graphwright.pipeline.context import Request, Run
+from graphwright.pipeline.progress import StageProgress
+from graphwright.stages.extract.extractors import extractor_key
+from graphwright.storage import contracts
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import DATA_TABLES, load_manifest
 
 ORDER = ["ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish"]
 
@@ -25,16 +34,12 @@ class Stages:
         self.store.root.mkdir(parents=True)
         self.config = config or make_config()
         self.logs = []
-        self.run = P.Run(self.store, self.config, "run-test", StageProgress(False), self.logs.append)
-        self.results = {}
+        self.run = Run(self.store, self.config, "run-test", StageProgress(False), self.logs.append, Request(sources=[str(CORPUS)]))
+        self.results = self.run.results
 
     def do(self, name):
-        if name == "ingest":
-            out = P.stage_ingest(self.run, [str(CORPUS)], True)
-        elif name == "publish":
-            out = P.stage_publish(self.run, self.results["embed"]["vector_indexes"])
-        else:
-            out = getattr(P, f"stage_{name}")(self.run)
+        with self.run.stage(name) as metrics:
+            out = definition.by_name(name).execute(self.run, metrics)
         self.results[name] = out
         return out
 
@@ -200,4 +205,4 @@ def test_stage_publish(stages):
     again = stages.do("publish")
     assert not again["new"] and again["version"] == 1
     assert len(stages.store.read("index_manifest")) == 1
-    tables.schema("index_manifest").validate(stages.store.read("index_manifest"))
+    contracts.schema("index_manifest").validate(stages.store.read("index_manifest"))

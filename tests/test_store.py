@@ -2,9 +2,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphwright import tables
-from graphwright.store import IndexStore, spill, sql_list
-from graphwright.tables import SchemaError
+from graphwright.storage import contracts
+from graphwright.storage.contracts import SchemaError
+from graphwright.storage.delta import IndexStore, spill, sql_list
 
 
 def doc_rows(n, start=0, text="text"):
@@ -28,7 +28,7 @@ def test_missing_table_reads_empty_with_its_schema(store):
     assert not store.exists("documents")
     assert store.version("documents") is None
     table = store.read("documents")
-    assert table.num_rows == 0 and table.schema.equals(tables.schema("documents").arrow)
+    assert table.num_rows == 0 and table.schema.equals(contracts.schema("documents").arrow)
     assert store.read("documents", columns=["doc_id"]).column_names == ["doc_id"]
     assert store.count("documents") == 0
     assert store.delete("documents", "true") == 0
@@ -52,7 +52,7 @@ def test_upsert_is_idempotent(store):
     assert store.read("documents").sort_by("doc_id").equals(before)
     v2 = store.version("documents")
     assert v2 >= v1
-    store.upsert("documents", tables.empty("documents"))  # nothing to merge: no new version
+    store.upsert("documents", contracts.empty("documents"))  # nothing to merge: no new version
     assert store.version("documents") == v2
 
 
@@ -106,7 +106,7 @@ def test_sql_list_quotes_values(store):
 
 
 def test_delete_in_batches_large_value_lists(store, monkeypatch):
-    import graphwright.store as store_module
+    import graphwright.storage.delta as store_module
 
     monkeypatch.setattr(store_module, "DELETE_IN_KEYS", 500)
     store.upsert("documents", docs(1500))
@@ -163,15 +163,15 @@ def test_replace_if_changed_replaces_on_any_difference(store):
 
 
 def test_replace_if_changed_creates_an_empty_table(store):
-    store.replace_if_changed("communities", tables.empty("communities"))
+    store.replace_if_changed("communities", contracts.empty("communities"))
     assert store.exists("communities") and store.count("communities") == 0
     version = store.version("communities")
-    assert _unchanged(store.replace_if_changed("communities", tables.empty("communities")))
+    assert _unchanged(store.replace_if_changed("communities", contracts.empty("communities")))
     assert store.version("communities") == version
 
 
 def test_rows_in_gives_the_same_rows_by_in_lists_and_by_one_scan(tmp_path, monkeypatch):
-    import graphwright.store as store_module
+    import graphwright.storage.delta as store_module
 
     store = IndexStore(tmp_path)
     rows = [{"doc_id": f"d{i:03d}", "source_key": f"k{i}", "source": "s", "title": "t", "text": f"text {i}",
@@ -200,7 +200,7 @@ def _row_diff_by_dicts(old, new, key):
 def test_row_diff_counts_like_python_rows():
     import random
 
-    from graphwright.store import row_diff
+    from graphwright.storage.diff import row_diff
 
     rng = random.Random(4)
 
@@ -231,7 +231,7 @@ def _relationships(n: int, seed: int, edit: int | None = None) -> pa.Table:
             for i in range(n)]
     if edit is not None:
         rows[edit]["chunk_ids"] = rows[edit]["chunk_ids"] + ["c9"]  # a change inside a list only
-    return tables.schema("relationships").validate(pa.Table.from_pylist(rows))
+    return contracts.schema("relationships").validate(pa.Table.from_pylist(rows))
 
 
 def _split(table: pa.Table, seed: int) -> list[pa.Table]:
@@ -242,15 +242,15 @@ def _split(table: pa.Table, seed: int) -> list[pa.Table]:
 
 
 def test_replace_parts_if_changed_diffs_as_row_diff_does(tmp_path, monkeypatch):
-    import graphwright.store as store_module
-    from graphwright.store import row_diff
+    import graphwright.storage.diff as diff_module
+    from graphwright.storage.diff import row_diff
 
-    monkeypatch.setattr(store_module, "DIGEST_ROWS", 7)  # several digest slices per part
-    monkeypatch.setattr(store_module, "DIGEST_ITEMS", 5)  # and slices cut by list items
+    monkeypatch.setattr(diff_module, "DIGEST_ROWS", 7)  # several digest slices per part
+    monkeypatch.setattr(diff_module, "DIGEST_ITEMS", 5)  # and slices cut by list items
     store = IndexStore(tmp_path)
     steps = [_relationships(40, 1), _relationships(40, 1).take(list(range(39, -1, -1))),  # same rows, reordered
              _relationships(40, 1, edit=7), _relationships(30, 1), _relationships(45, 2)]
-    previous, versions = tables.empty("relationships"), []
+    previous, versions = contracts.empty("relationships"), []
     for i, table in enumerate(steps):
         expected = row_diff(previous, table, ("relationship_id",))  # the definition, on whole tables
         assert store.replace_parts_if_changed("relationships", _split(table, i)) == expected
@@ -283,7 +283,7 @@ def _spilled(name, parts, folder):
 def test_append_files_adds_every_spilled_part_in_one_commit(store, tmp_path):
     store.upsert("documents", docs(2))
     before = store.version("documents")
-    files = _spilled("documents", iter([docs(3, start=10), tables.empty("documents"), docs(4, start=20)]), tmp_path)
+    files = _spilled("documents", iter([docs(3, start=10), contracts.empty("documents"), docs(4, start=20)]), tmp_path)
     assert store.version("documents") == before  # spilling commits nothing
     assert store.append_files("documents", files) == 7
     assert store.version("documents") == before + 1  # one commit for all the parts

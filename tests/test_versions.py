@@ -3,16 +3,15 @@
 import json
 
 import pytest
+from _helpers import data_table_versions, index_fresh, make_config, run
 from typer.testing import CliRunner
 
 from graphwright import ids
-from graphwright import pipeline as P
 from graphwright.cli import app
-from graphwright.publish import NoPublishedVersion, PublishedIndex, manifests
+from graphwright.pipeline import runner as P
+from graphwright.pipeline.errors import RefusedDeletion
 from graphwright.query import query
-from _helpers import data_table_versions, index_fresh, make_config, run
-
-pytestmark = pytest.mark.skipif(not hasattr(P, "RefusedDeletion"), reason="no deletion guard in this version")
+from graphwright.storage.manifest import NoPublishedVersion, PublishedIndex, manifests
 
 
 @pytest.fixture
@@ -24,7 +23,7 @@ def test_mirror_run_that_would_delete_most_documents_is_refused(fresh):
     for name in ("harbor.txt", "festival.md", "council.txt", "notes/river.txt"):
         (fresh.corpus / name).unlink()
     before = data_table_versions(fresh.store)
-    with pytest.raises(P.RefusedDeletion, match="would delete 4 of the 6"):
+    with pytest.raises(RefusedDeletion, match="would delete 4 of the 6"):
         run([fresh.corpus], fresh.index)
     assert data_table_versions(fresh.store) == before
     assert [m["version"] for m in manifests(fresh.store)] == [1]
@@ -47,7 +46,7 @@ def test_delete_documents_by_key_and_glob(fresh):
 def test_rollback_restores_a_published_version(fresh):
     (fresh.corpus / "notes" / "river.txt").unlink()
     assert run([fresh.corpus], fresh.index)["version"] == 2
-    from graphwright.publish import rollback
+    from graphwright.ops.versions import rollback
 
     manifest = rollback(fresh.store, 1, "run-rollback")
     assert manifest["version"] == 3 and manifest["counts"]["documents"] == 6
@@ -65,7 +64,7 @@ def test_rollback_restores_a_published_version(fresh):
 def test_retention_drops_old_versions(fresh):
     (fresh.corpus / "notes" / "river.txt").unlink()
     run([fresh.corpus], fresh.index)
-    from graphwright.publish import retain
+    from graphwright.ops.versions import retain
 
     dry = retain(fresh.store, 1, dry_run=True)
     assert dry["kept"] == [2] and dry["dropped"] == [1]

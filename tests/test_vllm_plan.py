@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("ray.data.llm")
 
 from graphwright.config import LLMConfig  # noqa: E402
-from graphwright.extract.llm import extraction_request  # noqa: E402
-from graphwright.extract.prompts import EXTRACTION_SCHEMA  # noqa: E402
-from graphwright.llm.vllm_engine import VLLMEngine, request_row  # noqa: E402
+from graphwright.engines.llm.vllm_engine import VLLMEngine, request_row  # noqa: E402
+from graphwright.stages.extract.llm import extraction_request  # noqa: E402
+from graphwright.stages.extract.prompts import EXTRACTION_SCHEMA  # noqa: E402
 
 
 @pytest.fixture
@@ -54,7 +54,8 @@ def test_vllm_request_rows_carry_the_schema_and_the_fixed_prompt_first():
 
 def test_vllm_embedding_plan(local_model):
     from graphwright.config import EmbedConfig
-    from graphwright.embed import VLLMEmbedder, model_name
+    from graphwright.engines.embed import model_name
+    from graphwright.engines.embed.vllm_engine import VLLMEmbedder
 
     config = EmbedConfig(engine="vllm", model=local_model, concurrency=2, batch_size=128)
     processor = VLLMEmbedder(config).processor

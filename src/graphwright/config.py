@@ -79,7 +79,7 @@ class ExtractConfig(_Section):
 
 class ResolveConfig(_Section):
     # normalized_name: merge exact normalized names only; linked: also merge name variants whose
-    # pair score passes the thresholds below (graphwright.resolve_scoring), clustered coherently
+    # pair score passes the thresholds below (graphwright.stages.resolve.scoring), clustered coherently
     method: Literal["normalized_name", "linked"] = "linked"
     accept_threshold: float = Field(0.75, ge=0, le=1)  # pair score from which a pair is merged
     # pairs scoring in [borderline_threshold, accept_threshold) go to the LLM when adjudicate is on
@@ -262,7 +262,7 @@ class ConfigError(ValueError):
 
 
 ENV_PREFIX = "GRAPHWRIGHT_"
-# read where the index is opened (graphwright.storage, graphwright.lock), not pipeline settings:
+# read where the index is opened (graphwright.storage.location, graphwright.storage.lock), not pipeline settings:
 # they would put secrets into the manifest and change nothing about the index's contents
 RUNTIME_SECTIONS = ("storage", "lock")
 

@@ -12,15 +12,15 @@ import shutil
 import time
 from pathlib import Path
 
-from graphwright.publish import PublishedIndex
-from graphwright.store import IndexStore
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import PublishedIndex
 
 FORMATS = ("graphrag", "lightrag")
 SUMMARY = "export.json"  # written last: its presence marks a complete export
 
 
 def export_dir(index_dir: str | Path, fmt: str, version: int) -> Path:
-    from graphwright.storage import is_uri
+    from graphwright.storage.location import is_uri
 
     if is_uri(index_dir):
         raise ValueError(f"{index_dir} is on an object store: give the export a local directory (--out)")

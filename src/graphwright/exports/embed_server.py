@@ -11,7 +11,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler
 
-from graphwright.loopback import LoopbackServer
+from graphwright.util.loopback import LoopbackServer
 
 
 class EmbeddingServer(LoopbackServer):
@@ -22,9 +22,9 @@ class EmbeddingServer(LoopbackServer):
 
     @classmethod
     def for_index(cls, index_dir: str, version: int | None = None, **kwargs) -> EmbeddingServer:
-        from graphwright.embed import make_embedder
-        from graphwright.publish import PublishedIndex
-        from graphwright.store import IndexStore
+        from graphwright.engines.embed import make_embedder
+        from graphwright.storage.delta import IndexStore
+        from graphwright.storage.manifest import PublishedIndex
 
         index = PublishedIndex(IndexStore(index_dir), version)
         return cls(make_embedder(index.config.embed), index.manifest["embedding_model"], **kwargs)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import numpy as np
 
-from graphwright.publish import PublishedIndex
+from graphwright.storage.manifest import PublishedIndex
 
 
 @dataclass
@@ -68,7 +68,7 @@ class PublishedGraph:
 
     def embedder(self):
         """The embedder that made the stored vectors, for texts that have none (and for questions)."""
-        from graphwright.embed import make_embedder
+        from graphwright.engines.embed import make_embedder
 
         return make_embedder(self.index.config.embed)
 

@@ -30,7 +30,7 @@ def query(index_dir: str, question: str, mode: str = "local", top_k: int | None 
     options = {"level": level if level is not None else searcher.config.query.global_level} if mode == "global" else {}
     result = searcher.attach_titles(searcher.search(question, mode, top_k, use_llm=use_llm, **options))
     if use_llm and mode != "global":  # global's answer is its reduce step
-        from graphwright.answer import synthesize
+        from graphwright.query.answer import synthesize
 
         result = synthesize(question, result, llm, searcher.index.store)
     return result

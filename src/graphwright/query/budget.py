@@ -1,14 +1,8 @@
-"""Token budgets for query contexts, counted with the chunker's tokenizer (chunking.tokenizer)."""
+"""Token budgets for query contexts, counted in the embedder's tokens (graphwright.text.tokens)."""
 
 from __future__ import annotations
 
-from graphwright.chunking import tokenizer
-
-
-def count_tokens(texts: list[str]) -> list[int]:
-    if not texts:
-        return []
-    return [len(e.ids) for e in tokenizer().encode_batch(list(texts), add_special_tokens=False)]
+from graphwright.text.tokens import count_tokens
 
 
 def take_within(items: list, texts: list[str], budget: int, *, at_least: int = 0) -> tuple[list, int]:

@@ -17,10 +17,11 @@ import re
 
 import numpy as np
 
-from graphwright.extract.parse import ParseError, loads_lenient
-from graphwright.llm import LLMRequest
-from graphwright.query.budget import count_tokens, take_within
+from graphwright.engines.llm.interface import LLMRequest
+from graphwright.query.budget import take_within
 from graphwright.query.llm_calls import complete
+from graphwright.stages.extract.parse import ParseError, loads_lenient
+from graphwright.text.tokens import count_tokens
 
 MAP_VERSION = "global-map-v1"
 REDUCE_VERSION = "global-reduce-v1"

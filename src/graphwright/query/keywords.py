@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 
-from graphwright.extract.nlp import _NOT_NAMES, find_names
-from graphwright.extract.parse import ParseError, loads_lenient
-from graphwright.llm import LLMRequest
-from graphwright.names import normalize_name
+from graphwright.engines.llm.interface import LLMRequest
 from graphwright.query.llm_calls import complete
+from graphwright.stages.extract.nlp import _NOT_NAMES, find_names
+from graphwright.stages.extract.parse import ParseError, loads_lenient
+from graphwright.text.names import normalize_name
 
 PROMPT_VERSION = "keywords-v1"
 SYSTEM = """Identify keywords in the user's question, for retrieval from a knowledge graph.

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from graphwright.llm import LLMRequest, LLMResponse, make_llm
-from graphwright.llm.cache import complete_through_cache
+from graphwright.engines.llm import make_llm
+from graphwright.engines.llm.cache import complete_through_cache
+from graphwright.engines.llm.interface import LLMRequest, LLMResponse
 
 
 def complete(searcher, requests: list[LLMRequest]) -> list[tuple[str, LLMResponse, bool]]:

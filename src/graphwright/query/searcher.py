@@ -8,10 +8,10 @@ import re
 
 import numpy as np
 
-from graphwright.embed import make_embedder
-from graphwright.names import normalize_name
-from graphwright.publish import PublishedIndex
-from graphwright.store import IndexStore, read_in, sql_list
+from graphwright.engines.embed import make_embedder
+from graphwright.storage.delta import IndexStore, read_in, sql_list
+from graphwright.storage.manifest import PublishedIndex
+from graphwright.text.names import normalize_name
 
 MODES = ("local", "global", "naive", "low", "high", "hybrid", "mix", "graph")
 
@@ -130,10 +130,10 @@ class Searcher:
     def reports(self, community_ids) -> dict[str, dict]:
         """Community reports by id: the one place reports are read (communities below
         report.min_size have none). With `report.mode: lazy` the missing ones are written now,
-        with the LLM, and stored for later queries and versions (graphwright.reports.ensure_reports)."""
+        with the LLM, and stored for later queries and versions (graphwright.stages.report.llm_reports.ensure_reports)."""
         cols = ["community_id", "level", "title", "summary", "rating", "full_content"]
         if self.config.report.mode == "lazy":
-            from graphwright.reports import ensure_reports
+            from graphwright.stages.report.llm_reports import ensure_reports
 
             rows = ensure_reports(self.index.store, list(community_ids), self.config.report, self.llm,
                                   pins=self.index.manifest["table_versions"])

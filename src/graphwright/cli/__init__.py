@@ -1,0 +1,11 @@
+"""The `graphwright` command line: one typer app (common), its commands in indexing, querying
+and costs."""
+
+from graphwright.cli import costs, indexing, querying  # noqa: F401  (registers the commands)
+from graphwright.cli.common import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:  # pragma: no cover
+    app()

@@ -1,0 +1,3 @@
+from graphwright.cli import main
+
+main()

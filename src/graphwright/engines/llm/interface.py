@@ -1,0 +1,42 @@
+"""The LLM engine interface: a request (messages, schema, sampling) and its response. An engine
+takes a list of requests and returns one response per request, never raising for a single
+request's failure: the response carries the error instead."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    messages: tuple[tuple[str, str], ...]  # (role, content) pairs
+    json_schema: dict | None = None  # constrain the output to this JSON schema when the backend can
+    max_tokens: int = 1024
+    temperature: float = 0.0
+    prompt_version: str = ""
+
+    def cache_key(self, model: str) -> str:
+        """Identifies a call: model, prompt version, sampling parameters and the input."""
+        payload = json.dumps(
+            {"model": model, "prompt_version": self.prompt_version, "max_tokens": self.max_tokens,
+             "temperature": self.temperature, "schema": self.json_schema, "messages": self.messages},
+            sort_keys=True, ensure_ascii=False,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass
+class LLMResponse:
+    text: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    attempts: int = 1
+    error: str | None = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None

@@ -1,0 +1,149 @@
+"""The `openai` engine: any OpenAI-compatible /v1/chat/completions endpoint.
+
+Retries with exponential backoff and jitter on connection errors, timeouts, 408, 409, 429 and
+5xx (honouring Retry-After); never on other 4xx. Concurrency is a thread pool of
+`llm.concurrency`; `llm.requests_per_second` caps the request rate across it.
+
+Backends differ in how they take a JSON schema (`llm.response_format`):
+- `json_schema`: OpenAI / vLLM, {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}
+- `json_object`: llama.cpp server, {"type": "json_object", "schema": ...} (it answers HTTP 500 to
+  the json_schema form)
+- `none`: no response_format; the prompt alone asks for JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from graphwright.engines.llm.interface import LLMRequest, LLMResponse
+
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class RateLimiter:
+    def __init__(self, per_second: float | None):
+        self.interval = 1.0 / per_second if per_second else 0.0
+        self.lock = threading.Lock()
+        self.next_at = 0.0
+
+    def wait(self) -> None:
+        if not self.interval:
+            return
+        with self.lock:
+            now = time.monotonic()
+            at = max(now, self.next_at)
+            self.next_at = at + self.interval
+        if at > now:
+            time.sleep(at - now)
+
+
+class OpenAIClient:
+    """POSTs JSON to an OpenAI-compatible server with the retry, backoff, rate and timeout policy
+    above; shared by chat completions and embeddings."""
+
+    def __init__(self, config):
+        self.config = config
+        self.base_url = config.base_url.rstrip("/")
+        api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.limiter = RateLimiter(config.requests_per_second)
+        self._local = threading.local()
+
+    def _session(self) -> requests.Session:
+        if not hasattr(self._local, "session"):  # one pooled connection set per thread
+            self._local.session = requests.Session()
+        return self._local.session
+
+    def _backoff(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(float(retry_after), self.config.max_backoff_s)
+            except ValueError:
+                pass
+        return min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+
+    def post(self, path: str, body: dict, parse):
+        """(parse(response JSON), attempts, error). A body that `parse` cannot read is retried
+        like a 5xx (often a proxy hiccup); other 4xx are not retried."""
+        error = "no attempt made"
+        for attempt in range(1, self.config.max_attempts + 1):
+            self.limiter.wait()
+            retry_after = None
+            try:
+                resp = self._session().post(self.base_url + path, json=body, headers=self.headers, timeout=self.config.timeout_s)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            else:
+                if resp.status_code == 200:
+                    try:
+                        return parse(resp.json()), attempt, None
+                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        error = f"malformed response body: {type(exc).__name__}: {exc}"
+                else:
+                    error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                    if resp.status_code not in RETRY_STATUS:
+                        return None, attempt, error
+                    retry_after = resp.headers.get("Retry-After")
+            if attempt < self.config.max_attempts:
+                time.sleep(self._backoff(attempt, retry_after))
+        return None, self.config.max_attempts, error
+
+    def map(self, fn, items: list) -> list:
+        """fn over items with at most `concurrency` in flight, results in order."""
+        if len(items) <= 1 or self.config.concurrency <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+
+class OpenAIEngine:
+    def __init__(self, config):
+        self.config = config
+        self.model = config.model
+        self.client = OpenAIClient(config)
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.model}"
+
+    def _body(self, request: LLMRequest) -> dict:
+        body = {
+            "model": self.model,
+            "messages": [{"role": r, "content": c} for r, c in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+        }
+        schema, fmt = request.json_schema, self.config.response_format
+        if schema is not None and fmt == "json_schema":
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
+        elif schema is not None and fmt == "json_object":
+            body["response_format"] = {"type": "json_object", "schema": schema}
+        return body
+
+    def complete_one(self, request: LLMRequest) -> LLMResponse:
+        started = time.perf_counter()
+
+        def parse(data: dict) -> LLMResponse:
+            usage = data.get("usage") or {}
+            return LLMResponse(
+                text=data["choices"][0]["message"]["content"],
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                meta={"finish_reason": data["choices"][0].get("finish_reason")},
+            )
+
+        response, attempts, error = self.client.post("/chat/completions", self._body(request), parse)
+        response = response or LLMResponse(text=None, error=error)
+        response.latency_s, response.attempts = time.perf_counter() - started, attempts
+        return response
+
+    def complete(self, requests_: list[LLMRequest]) -> list[LLMResponse]:
+        return self.client.map(self.complete_one, requests_)

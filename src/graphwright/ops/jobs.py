@@ -1,0 +1,90 @@
+"""The operations a scheduler runs: the nightly refresh, a full rebuild, a deletion, a rollback.
+`jobs/*.py` are their command-line entrypoints, for `ray job submit` or plain `python`.
+
+Inside a Ray job (the job supervisor sets RAY_ADDRESS for the entrypoint), or wherever
+RAY_ADDRESS names a cluster, the pipeline joins that cluster instead of starting its own Ray."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from graphwright.config import PipelineConfig, load_config
+from graphwright.ops.costs import cost_history, index_prices
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import DATA_TABLES
+
+# what a rebuild recomputes: everything derived from the documents (their text is re-read anyway)
+DERIVED_TABLES = tuple(t for t in DATA_TABLES if t != "documents")
+
+
+def job_config(path: str | None) -> PipelineConfig:
+    overrides = {"execution": {"executor": "ray", "address": "auto"}} if os.environ.get("RAY_ADDRESS") else None
+    return load_config(path, overrides)
+
+
+def cost_summary(index: str, plot: str | None = None) -> dict:
+    """The latest run's cost beside the estimated cost of a full rebuild; optionally the plot."""
+    store = IndexStore(index)
+    history = cost_history(store)
+    latest = history[-1]
+    if plot:
+        from graphwright.ops.cost_plot import plot_history
+
+        try:  # the run succeeded: a plot that cannot be written must not turn it into a failure
+            plot_history(history, plot, index_prices(store).currency)
+        except (OSError, ValueError) as exc:
+            print(f"warning: no cost plot: {exc}", file=sys.stderr)
+            plot = None
+    keys = ("run_id", "command", "status", "wall_s", "cpu_s", "worker_cpu_s", "gpu_s", "llm_calls", "cache_hits", "tokens",
+            "bytes_written", "cost", "full_rebuild_cost", "full_rebuild_s", "full_rebuild_tokens", "saved_cost")
+    return {k: latest[k] for k in keys} | {"runs_recorded": len(history), "plot": plot}
+
+
+def nightly(sources: list[str], index: str, config: PipelineConfig, plot: str | None = None) -> dict:
+    """Incremental refresh: the sources are the whole corpus (what is gone from them is
+    deleted, within ingest.max_delete_fraction), then publish, then the cost report."""
+    from graphwright.pipeline.runner import run_index
+
+    summary = run_index(sources, index, config, mirror=True, show_progress=False)
+    return {"run": summary, "cost": cost_summary(index, plot)}
+
+
+def rebuild(sources: list[str], index: str, config: PipelineConfig, *, drop_llm_cache: bool = False,
+            plot: str | None = None) -> dict:
+    """Recompute everything derived from the documents. Each derived table is emptied by a new
+    Delta commit, so published versions stay readable (and can be rolled back to) and a
+    rebuild killed halfway is finished by the next run. The LLM cache is kept unless asked:
+    answers to identical prompts are still valid."""
+    from graphwright.pipeline.runner import run_index
+
+    summary = run_index(sources, index, config, mirror=True, show_progress=False,
+                        rebuild=DERIVED_TABLES + (("llm_cache",) if drop_llm_cache else ()))
+    return {"run": summary, "cost": cost_summary(index, plot)}
+
+
+def delete(index: str, doc_ids: list[str], source_globs: list[str] = ()) -> dict:
+    from graphwright.pipeline.runner import run_delete
+
+    summary = run_delete(index, doc_ids=doc_ids, source_globs=list(source_globs), show_progress=False)
+    return {"run": summary, "cost": cost_summary(index)}
+
+
+def rollback(index: str, to_version: int) -> dict:
+    """Make a published version current again, under the run lock (graphwright.ops.versions.rollback)."""
+    from graphwright.ops.versions import rollback as restore
+    from graphwright.pipeline.runner import new_run_id
+    from graphwright.storage.lock import run_lock
+
+    store, run_id = IndexStore(index), new_run_id()
+    with run_lock(store, run_id, "rollback"):
+        manifest = restore(store, to_version, run_id)
+    return {"rolled_back_to": to_version, "version": manifest["version"], "new_version": manifest["new"], "counts": manifest["counts"]}
+
+
+def default_plot_path(index: str) -> str | None:
+    """Beside a local index; object-store indexes get no plot unless one is asked for."""
+    from graphwright.storage.location import is_uri
+
+    return None if is_uri(index) else str(Path(index) / "reports" / "cost.png")

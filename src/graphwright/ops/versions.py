@@ -1,0 +1,52 @@
+"""Published versions over time: rollback to an earlier version, and retention (vacuum)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from graphwright.config import PipelineConfig
+from graphwright.engines.vectors import ids_path
+from graphwright.stages.publish import publish
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import DATA_TABLES, load_manifest, manifests
+
+
+def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
+    """Make version `to_version` current again: restore every data table to the Delta version it
+    pins (new Delta commits, so later runs build on the restored state) and publish that as a
+    new version. Nothing is copied and no history is lost."""
+    target = load_manifest(store, to_version)
+    for name in DATA_TABLES:
+        pinned = target["table_versions"].get(name)
+        dt = store.ensure(name)
+        if pinned is not None and dt.version() != pinned:
+            dt.restore(pinned)
+    config = PipelineConfig.model_validate_json(target["config"])
+    return publish(store, run_id, config, target["vector_indexes"])
+
+
+def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
+    """Keep the newest `keep` published versions readable; drop older manifests, the Delta files
+    only they needed, and vector index files no kept version uses."""
+    rows = manifests(store)
+    if keep < 1:
+        raise ValueError("keep at least one version")
+    kept, dropped = rows[-keep:], rows[:-keep]
+    if not dropped:
+        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": 0}
+    oldest = min(r["published_at"] for r in kept)
+    hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
+    removed = 0
+    for name in DATA_TABLES:
+        if store.exists(name):
+            removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False))
+    used = {f for r in kept for f in r["vector_indexes"].values()}
+    for relative in (p for p in store.files.list("vectors") if p.endswith(".faiss")):
+        if relative not in used:
+            removed += 2
+            if not dry_run:
+                store.files.delete(relative)
+                store.files.delete(ids_path(relative))
+    if not dry_run:
+        store.delete("index_manifest", f"version < {kept[0]['version']}")
+    return {"kept": [r["version"] for r in kept], "dropped": [r["version"] for r in dropped], "files_removed": removed}

@@ -1,0 +1,142 @@
+"""The state of one run, handed to every stage: the index, the configuration, what the command
+asked for, the results of the stages so far, and the meters (one stage_metrics row per stage)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from graphwright.config import PipelineConfig
+from graphwright.ops.costs import stage_cost
+from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_executor
+from graphwright.pipeline.progress import StageProgress
+from graphwright.storage.delta import IndexStore
+from graphwright.util import memory
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Request:
+    """What the command asked for: the sources of an index run (mirror: they are the whole
+    corpus), or the documents an explicit deletion names; `rebuild` names tables emptied first."""
+
+    sources: list[str] = field(default_factory=list)
+    mirror: bool = True
+    force: bool = False
+    rebuild: tuple[str, ...] = ()
+    doc_ids: list[str] = field(default_factory=list)
+    source_globs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    store: IndexStore
+    config: PipelineConfig
+    run_id: str
+    progress: StageProgress
+    log: Callable[[str], None]
+    request: Request = field(default_factory=Request)
+    results: dict[str, dict] = field(default_factory=dict)  # stage name -> what it returned
+    executor: object = None
+    metrics: list[dict] = field(default_factory=list)
+    llm_totals: dict = field(default_factory=lambda: dict(calls=0, cache_hits=0, failed=0, prompt_tokens=0, completion_tokens=0,
+                                                          full_rebuild_tokens=0))
+
+    @contextmanager
+    def stage(self, name: str, gpus: float = 0.0):
+        """Measure a stage into one stage_metrics row. The body fills `details` with counters;
+        `rows_in`/`rows_out` and `work_unit`/`work_done`/`work_total` (the units this run
+        processed, and what a full rebuild would) become columns, the rest goes to JSON. A stage
+        that did work holds `gpus` GPUs for its wall time."""
+        details: dict = {"rows_in": 0, "rows_out": 0}
+        wall, cpu = time.perf_counter(), cpu_seconds()
+        self.store.journal = {}
+        llm_before, worker_before = dict(self.llm_totals), self.worker_cpu_s()
+        try:
+            yield details
+        except BaseException as exc:  # what a failed stage used (LLM calls included) still counts
+            details["failed"] = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        finally:
+            memory.release()
+            self._record_stage(name, details, wall, cpu, llm_before, worker_before, gpus)
+
+    def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float,
+                      gpus: float) -> None:
+        wall_s = time.perf_counter() - wall
+        written, self.store.journal = self.store.journal, None
+        llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")}
+        work_done = details.pop("work_done", None)
+        row = {
+            "run_id": self.run_id,
+            "stage": name,
+            "wall_s": wall_s,
+            "cpu_s": cpu_seconds() - cpu,
+            "rows_in": int(details.pop("rows_in")),
+            "rows_out": int(details.pop("rows_out")),
+            # the executor's workers, and the processes a stage ran itself (the cluster stage's pool)
+            "worker_cpu_s": self.worker_cpu_s() - worker_before + details.pop("worker_cpu_s", 0.0),
+            "gpu_s": wall_s * gpus if work_done else 0.0,
+            "llm_calls": llm["calls"],
+            "cache_hits": llm["cache_hits"],
+            "prompt_tokens": llm["prompt_tokens"],
+            "completion_tokens": llm["completion_tokens"],
+            "bytes_written": sum(self.store.bytes_added(t, before) for t, before in written.items()),
+            "work_unit": details.pop("work_unit", None),
+            "work_done": work_done,
+            "work_total": details.pop("work_total", None),
+        }
+        row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)
+        # the driver's peak resident memory so far: the stage that raises it is the one to look at
+        details["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        row["details"] = json.dumps(details, sort_keys=True, default=str)
+        self.metrics.append(row)
+        self.log(f"[bold]{name:<8}[/] {row['wall_s']:6.1f}s  " + ", ".join(f"{k}={v}" for k, v in details.items() if not isinstance(v, (dict, list))))
+
+    def worker_cpu_s(self) -> float:
+        return getattr(self.executor, "worker_cpu_s", 0.0)
+
+    def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
+        """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
+        if not table.num_rows:
+            return
+        if stage.on_driver:
+            executor = LocalExecutor()
+        else:
+            if self.executor is None:  # started on first use: a no-op run never starts Ray
+                self.executor = make_executor(self.config.execution)
+                self.log(f"executor: {self.executor.describe()}")
+            executor = self.executor
+        with self.progress.task(label, table.num_rows) as advance:
+            for batch in executor.map_batches(table, stage):
+                advance(count(batch))
+                yield batch
+
+    def close_executor(self) -> None:
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
+
+    def record_llm_calls(self, stage: str, calls: pa.Table) -> None:
+        """Record a stage's calls (engines.llm.cache.record_calls) and add them to the run's totals."""
+        from graphwright.engines.llm.cache import record_calls
+
+        if "chunk_id" in calls.column_names:  # extraction and summaries name the item by its chunk/row id
+            calls = calls.rename_columns(["item_id" if c == "chunk_id" else c for c in calls.column_names])
+        for r in record_calls(self.store, self.config.llm, self.run_id, stage, calls.to_pylist()):
+            self.llm_totals["calls"] += 1
+            self.llm_totals["cache_hits"] += r["cache_hit"]
+            self.llm_totals["failed"] += r["status"] == "failed"
+            if not r["cache_hit"]:
+                self.llm_totals["prompt_tokens"] += r["prompt_tokens"]
+                self.llm_totals["completion_tokens"] += r["completion_tokens"]

@@ -1,0 +1,144 @@
+"""Executors run a per-row stage's batch function over an Arrow table and stream the results
+back to the driver, which commits them. The same stage code runs in-process (`local`, for tests
+and small jobs) or on Ray Data actor pools (`ray`, one machine or a cluster)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.config import ExecutionConfig
+
+
+@dataclass(frozen=True)
+class BatchStage:
+    """A per-row stage: `fn_class(*args)` is built once per worker, then called on batches."""
+
+    name: str
+    fn_class: type
+    args: tuple = ()
+    batch_size: int = 64
+    num_cpus: float = 0.5
+    num_gpus: float = 0.0
+    actors: int = 1
+    on_driver: bool = False  # run in the driver process (for batch functions that start Ray jobs themselves)
+
+
+WORKER_CPU_COLUMN = "__worker_cpu_s"
+
+
+class _Metered:
+    """A batch function wrapped so that each result batch carries the CPU seconds the worker
+    spent on it (building the function included, on the first batch): Ray workers are other
+    processes, so the driver cannot see their CPU time."""
+
+    def __init__(self, fn_class: type, *args):
+        start = time.process_time()
+        self.fn = fn_class(*args)
+        self.unreported = time.process_time() - start
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        start = time.process_time()
+        out = self.fn(batch)
+        used = time.process_time() - start + self.unreported
+        self.unreported = 0.0
+        if not out.num_rows:
+            self.unreported = used
+            return out.append_column(WORKER_CPU_COLUMN, pa.array([], pa.float64()))
+        return out.append_column(WORKER_CPU_COLUMN, pa.array([used] + [0.0] * (out.num_rows - 1), pa.float64()))
+
+
+class LocalExecutor:
+    name = "local"
+
+    def map_batches(self, table: pa.Table, stage: BatchStage) -> Iterator[pa.Table]:
+        if not table.num_rows:
+            return
+        fn = stage.fn_class(*stage.args)
+        for offset in range(0, table.num_rows, stage.batch_size):
+            yield fn(table.slice(offset, stage.batch_size))
+
+    def describe(self) -> str:
+        return "local (in-process)"
+
+    def close(self) -> None:
+        pass
+
+
+class RayExecutor:
+    name = "ray"
+    worker_cpu_s = 0.0  # CPU seconds of all batches run in workers so far
+
+    def __init__(self, config: ExecutionConfig):
+        import ray
+
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+        warnings.filterwarnings("ignore", module=r"ray\.data\..*")
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            ray.init(
+                address=config.address,
+                num_cpus=config.num_cpus if config.address is None else None,
+                include_dashboard=False,
+                logging_level=logging.ERROR,
+                log_to_driver=True,
+                configure_logging=True,
+            )
+        from ray.data import DataContext
+
+        ctx = DataContext.get_current()
+        ctx.enable_progress_bars = False  # the driver shows one progress bar per stage
+        ctx.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        self.config = config
+
+    def map_batches(self, table: pa.Table, stage: BatchStage) -> Iterator[pa.Table]:
+        import ray.data
+
+        if not table.num_rows:
+            return
+        # one block per batch, so the actor pool can spread the work
+        blocks = [table.slice(o, stage.batch_size) for o in range(0, table.num_rows, stage.batch_size)]
+        ds = ray.data.from_arrow(blocks).map_batches(
+            _Metered,
+            fn_constructor_args=(stage.fn_class, *stage.args),
+            batch_size=stage.batch_size,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=stage.actors),
+            num_cpus=stage.num_cpus,
+            num_gpus=stage.num_gpus or None,
+        )
+        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            column = batch.schema.get_field_index(WORKER_CPU_COLUMN)
+            self.worker_cpu_s += pc.sum(batch.column(column)).as_py() or 0.0
+            yield batch.remove_column(column)
+
+    def describe(self) -> str:
+        import ray
+
+        resources = ray.cluster_resources()
+        return f"ray ({self.config.address or 'local'}; {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs)"
+
+    def close(self) -> None:
+        import ray
+
+        if self._owns_ray:
+            ray.shutdown()
+
+
+def pool_of(config: ExecutionConfig) -> str:
+    """Where a per-row stage's batches run, in words (for `plan`)."""
+    return f"{config.actors} actors x {config.actor_num_cpus:g} CPU" if config.executor == "ray" else "in-process"
+
+
+def make_executor(config: ExecutionConfig):
+    if config.executor == "local":
+        return LocalExecutor()
+    return RayExecutor(config)

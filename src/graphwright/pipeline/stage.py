@@ -1,0 +1,43 @@
+"""What a stage declares: its name, the tables it reads and writes, and how to run and describe
+it. The pipeline is a list of these (graphwright.pipeline.definition); the runner, `plan`, the
+cost reports and the progress display all read that list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from graphwright.config import PipelineConfig
+    from graphwright.pipeline.context import Run
+
+
+def _none(cfg: PipelineConfig) -> float:
+    return 0.0
+
+
+def _always(cfg: PipelineConfig) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Where:
+    """How a stage runs under a configuration: its engine, where it runs (the driver or a pool of
+    Ray actors) and what it reserves."""
+
+    engine: str
+    runs_on: str = "driver"
+    resources: str = ""
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    reads: tuple[str, ...]  # tables (and `sources`, `vectors/`, `exports/` for files)
+    writes: tuple[str, ...]
+    execute: Callable[[Run, dict], dict]  # (the run, the stage's metrics row to fill) -> its result
+    where: Callable[[PipelineConfig], Where]
+    gpus: Callable[[PipelineConfig], float] = _none  # GPUs held while it works (priced per GPU-second)
+    enabled: Callable[[PipelineConfig], bool] = _always
+    summary: str = ""  # one line for `plan` and the docs

@@ -1,0 +1,202 @@
+"""Chunk stage: cut documents into chunks by tokens of the embedder's own tokenizer
+(graphwright.text.tokens), at content-defined sentence boundaries, so that an inserted paragraph
+changes about two chunk ids instead of every later one. Documents whose current content hash has
+no chunks are chunked; chunks of deleted or superseded versions are removed."""
+
+from __future__ import annotations
+
+import bisect
+import zlib
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.pipeline.executors import BatchStage, pool_of
+from graphwright.pipeline.stage import Stage, Where
+from graphwright.storage import contracts
+from graphwright.storage.delta import IndexStore
+from graphwright.text.sentences import split_sentences
+from graphwright.text.tokens import token_spans
+
+DOCUMENTS_PER_BATCH = 8  # documents vary in length far more than chunks: small batches spread the work
+
+
+def split_spans(spans: list[tuple[int, int]], size: int, overlap: int) -> list[tuple[int, int, int]]:
+    """Fixed windows of `size` tokens overlapping by `overlap`: (first token, end token, n_tokens).
+    Kept for callers that want plain windows; documents are chunked by `plan_chunks`."""
+    if overlap >= size:
+        raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
+    n = len(spans)
+    windows, start, step = [], 0, size - overlap
+    while start < n:
+        end = min(start + size, n)
+        windows.append((start, end, end - start))
+        if end == n:
+            break
+        start += step
+    return windows
+
+
+def _word_starts(spans: list[tuple[int, int]]) -> list[bool]:
+    """Token i starts a word when whitespace precedes it ('##ling' and ',' do not)."""
+    return [i == 0 or spans[i][0] > spans[i - 1][1] for i in range(len(spans))]
+
+
+def _sentence_pieces(text: str, spans, word_start, max_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges of sentences; a sentence longer than `max_tokens` is cut at word starts."""
+    starts = [a for a, _ in split_sentences(text)] or [0]
+    pieces, first = [], 0
+    for i in range(1, len(spans) + 1):
+        if i < len(spans) and bisect.bisect_right(starts, spans[i][0]) == bisect.bisect_right(starts, spans[first][0]):
+            continue
+        a, b = first, i
+        while b - a > max_tokens:
+            cut = a + max_tokens
+            while cut > a + 1 and not word_start[cut]:
+                cut -= 1
+            cut = cut if cut > a + 1 else a + max_tokens  # one 'word' longer than a chunk
+            pieces.append((a, cut))
+            a = cut
+        pieces.append((a, b))
+        first = i
+    return pieces
+
+
+def plan_chunks(text: str, spans: list[tuple[int, int]], size: int, overlap: int, min_tokens: int) -> list[tuple[int, int]]:
+    """Token ranges of chunks with content-defined boundaries.
+
+    Chunks end at sentence ends: once a chunk holds `min_tokens`, it ends after the first sentence
+    whose text hashes to an anchor, or before a sentence that would overflow it. The decision
+    depends only on nearby text, so inserting a paragraph changes the chunks around it and
+    leaves the ids of the others unchanged (fixed windows would shift every later chunk).
+    Each chunk but the first then starts up to `overlap` tokens early, at a word start.
+    """
+    if overlap >= size:
+        raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
+    if not spans:
+        return []
+    word_start = _word_starts(spans)
+    budget = size - overlap  # room left for the overlap every chunk but the first starts with
+    pieces = _sentence_pieces(text, spans, word_start, budget)
+    cores, start, used = [], None, 0
+    for a, b in pieces:
+        room = size if not cores else budget
+        if start is not None and used + (b - a) > room:
+            cores.append((start, a))
+            start, used = None, 0
+        if start is None:
+            start = a
+        used += b - a
+        fits = len(spans) - start <= room  # the rest of the document fits: one chunk, no cut
+        if used >= min_tokens and not fits and zlib.crc32(text[spans[a][0]:spans[b - 1][1]].encode()) % ANCHOR_EVERY == 0:
+            cores.append((start, b))
+            start, used = None, 0
+    if start is not None:
+        cores.append((start, pieces[-1][1]))
+    chunks = []
+    for k, (a, b) in enumerate(cores):
+        if k and overlap:
+            early = max(cores[k - 1][0], a - overlap)
+            while early < a and not word_start[early]:
+                early += 1
+            a = early
+        chunks.append((a, b))
+    return chunks
+
+
+ANCHOR_EVERY = 2  # after min_tokens, about one sentence in two ends a chunk
+
+
+def chunk_text(doc_id: str, text: str, size: int, overlap: int, min_tokens: int | None = None) -> list[dict]:
+    spans = token_spans(text)
+    rows, seen = [], {}
+    min_tokens = (2 * size) // 3 if min_tokens is None else min_tokens
+    for index, (first, end) in enumerate(plan_chunks(text, spans, size, overlap, min_tokens)):
+        start_char, end_char = spans[first][0], spans[end - 1][1]
+        piece = text[start_char:end_char]
+        occurrence = seen.get(piece, 0)
+        seen[piece] = occurrence + 1
+        rows.append(
+            {
+                "chunk_id": ids.chunk_id(doc_id, piece, occurrence),
+                "doc_id": doc_id,
+                "chunk_index": index,
+                "text": piece,
+                "n_tokens": end - first,
+                "start_char": start_char,
+                "end_char": end_char,
+            }
+        )
+    return rows
+
+
+class Chunker:
+    """Batch function: documents (doc_id, content_hash, text) -> chunks with their doc_hash."""
+
+    def __init__(self, size_tokens: int, overlap_tokens: int, min_tokens: int | None = None):
+        self.size, self.overlap, self.min_tokens = size_tokens, overlap_tokens, min_tokens
+
+    def __call__(self, docs: pa.Table) -> pa.Table:
+        rows = []
+        for did, dhash, text in zip(*(docs.column(c).to_pylist() for c in ("doc_id", "content_hash", "text"))):
+            for row in chunk_text(did, text, self.size, self.overlap, self.min_tokens):
+                row["doc_hash"] = dhash
+                rows.append(row)
+        return pa.Table.from_pylist(rows, schema=contracts.schema("chunks").arrow)
+
+
+def _pairs(table: pa.Table, a: str, b: str) -> set[tuple[str, str]]:
+    return set(zip(table.column(a).to_pylist(), table.column(b).to_pylist()))
+
+
+def execute(run, m: dict) -> dict:
+    store, cfg = run.store, run.config
+    docs = store.read("documents", columns=["doc_id", "content_hash"])
+    chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
+    current = _pairs(docs, "doc_id", "content_hash")
+    todo = sorted(current - _pairs(chunks, "doc_id", "doc_hash"))
+    written = 0
+    if todo:
+        todo_ids = [d for d, _ in todo]
+        texts = store.rows_in("documents", "doc_id", todo_ids, ["doc_id", "content_hash", "text"])
+        stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
+                           batch_size=DOCUMENTS_PER_BATCH, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+        pending: list[pa.Table] = []
+        documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))  # noqa: E731
+        had_chunks = pa.array(sorted(set(chunks.column("doc_id").to_pylist())), pa.string())
+        for batch in run.map_batches("chunk", texts, stage, documents_in):
+            pending.append(batch)
+            if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+                written += _commit_chunks(store, pending, had_chunks)
+        written += _commit_chunks(store, pending, had_chunks)
+    # chunks of deleted documents, or cut from a document version that is gone
+    chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
+    stale = [c for c, d, h in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "doc_hash"))) if (d, h) not in current]
+    removed = store.delete_in("chunks", "chunk_id", stale) if stale else 0
+    m.update(rows_in=len(todo), rows_out=written, documents_chunked=len(todo), chunks_written=written, chunks_removed=removed,
+             work_unit="documents", work_done=len(todo), work_total=len(current))
+    return {"chunked_documents": len(todo), "chunks_written": written, "chunks_removed": removed}
+
+
+def _commit_chunks(store: IndexStore, pending: list[pa.Table], had_chunks: pa.Array) -> int:
+    """Commit whole documents' chunks. A document that had no chunks is appended (a MERGE scans
+    the whole table, which made 1M chunks quadratic); one that had (a new version may repeat a
+    chunk id) is merged. A rerun after a kill skips documents already committed."""
+    if not pending:
+        return 0
+    table = pa.concat_tables(pending)
+    pending.clear()
+    known = pc.is_in(table["doc_id"], value_set=had_chunks)
+    store.append("chunks", table.filter(pc.invert(known)))
+    if pc.any(known).as_py():
+        store.upsert("chunks", table.filter(known))
+    return table.num_rows
+
+
+STAGE = Stage(
+    "chunk", reads=("documents", "chunks"), writes=("chunks",), execute=execute,
+    where=lambda cfg: Where(f"tokens {cfg.chunk.size_tokens}, overlap {cfg.chunk.overlap_tokens}", pool_of(cfg.execution),
+                            f"batches of {DOCUMENTS_PER_BATCH} documents"),
+    summary="cut documents into token chunks at content-defined sentence ends",
+)

@@ -1,0 +1,118 @@
+"""Embed stage: embed only the entities, chunks, reports (and, with embed.relationships, the
+relationships) whose text changed, keyed by a hash of model and text, in one pass so that one
+actor pool loads the model once; then write each kind's vector index (vector_files)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.engines.embed import EmbedBatch, model_name
+from graphwright.pipeline.executors import BatchStage, pool_of
+from graphwright.pipeline.stage import Stage, Where
+from graphwright.stages.embed.vector_files import write_vector_index
+from graphwright.storage.delta import IndexStore
+
+ENTITY_TEXT_CHARS = 600
+
+
+def execute(run, m: dict) -> dict:
+    store, cfg = run.store, run.config
+    model = model_name(cfg.embed)
+    counts, todo_parts = {}, []
+    for kind, items in _embedding_inputs(store, cfg.embed.relationships).items():
+        items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
+        have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
+        current, existing = _pair_keys(items, "item_id", "text_hash"), _pair_keys(have, "item_id", "text_hash")
+        stale = pc.unique(have.column("item_id").filter(pc.invert(pc.is_in(existing, value_set=current)))).to_pylist()
+        if stale:
+            store.delete_in("embeddings", "item_id", stale, also=f"kind = '{kind}' AND model = '{model}'")
+        todo = items.filter(pc.invert(pc.is_in(current, value_set=existing)))
+        todo_parts.append(todo.add_column(0, "kind", pa.array([kind] * todo.num_rows, pa.string())))
+        counts[kind] = {"embedded": todo.num_rows, "reused": items.num_rows - todo.num_rows, "removed": len(stale)}
+    del items, have, current, existing
+    todo = pa.concat_tables(todo_parts)
+    todo_parts.clear()
+    # similar lengths in a batch waste less compute on padding
+    todo = todo.take(pc.sort_indices(pc.utf8_length(todo["text"])))
+    on_driver = cfg.embed.engine == "vllm"  # it starts its own Ray Data job over GPU replicas
+    stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))),
+                       batch_size=cfg.execution.commit_every if on_driver else cfg.embed.batch_size,
+                       num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors, on_driver=on_driver)
+    pending: list[pa.Table] = []
+    embedded = todo.num_rows
+    for batch in run.map_batches("embed", todo, stage):
+        pending.append(batch)
+        if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+            _commit_vectors(store, model, pending)
+    _commit_vectors(store, model, pending)
+    del todo, stage  # the texts are not needed while the indexes are built
+    files = {kind: write_vector_index(store, kind, model, cfg) for kind in counts}
+    total = sum(c["embedded"] + c["reused"] for c in counts.values())
+    m.update(rows_in=total, rows_out=embedded, model=model, **counts,
+             work_unit="items", work_done=embedded, work_total=total)
+    return {"vector_indexes": files, "counts": counts}
+
+
+def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:
+    ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
+    chunks = store.read("chunks", columns=["chunk_id", "text"])
+    reports = store.read("community_reports", columns=["community_id", "full_content"])
+    # the model reads 256 word-pieces at most; a longer description would only cost time
+    entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
+    inputs = {
+        "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
+        "chunk": pa.table({"item_id": chunks.column("chunk_id"), "text": chunks.column("text")}),
+        "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
+    }
+    if embed_relationships:  # for the query's relation-level (LightRAG "high") search
+        rel = store.read("relationships", columns=["relationship_id", "source", "target", "description"])
+        rel_text = [f"{s} - {t}: {d[:ENTITY_TEXT_CHARS]}" for s, t, d in zip(*(rel.column(c).to_pylist() for c in ("source", "target", "description")))]
+        inputs["relationship"] = pa.table({"item_id": rel.column("relationship_id"), "text": pa.array(rel_text, pa.string())})
+    return inputs
+
+
+def _text_hashes(model: str, texts: pa.ChunkedArray, batch: int = 65_536) -> pa.ChunkedArray:
+    """The key an embedding is reused by: a hash of model and text (a slice of texts at a time)."""
+    return pa.chunked_array([pa.array([ids.content_hash(model + "\x1f" + t) for t in texts.slice(o, batch).to_pylist()],
+                                      pa.string()) for o in range(0, len(texts), batch)], pa.string())
+
+
+def _pair_keys(table: pa.Table, a: str, b: str) -> pa.Array:
+    return pc.binary_join_element_wise(table.column(a), table.column(b), "\x1f").combine_chunks()
+
+
+def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table]) -> None:
+    if not pending:
+        return
+    table = pa.concat_tables(pending)
+    pending.clear()
+    # appended: the stage deleted these items' stale rows, and a rerun skips items already stored
+    store.append("embeddings", pa.table({
+        "kind": table.column("kind"),
+        "item_id": table.column("item_id"),
+        "model": pa.array([model] * table.num_rows, pa.string()),
+        "text_hash": table.column("text_hash"),
+        "vector": table.column("vector"),
+    }))
+
+
+def gpus(cfg) -> float:
+    return cfg.embed.concurrency if cfg.embed.engine == "vllm" else 0
+
+
+def where(cfg) -> Where:
+    emb = cfg.embed
+    if emb.engine == "vllm":
+        return Where(model_name(emb), "Ray Data LLM job from the driver", f"{emb.concurrency} GPU replicas")
+    if emb.engine == "openai":
+        return Where(model_name(emb), "driver", f"{emb.concurrency} requests in flight to {emb.base_url}")
+    return Where(model_name(emb), pool_of(cfg.execution), f"batches of {emb.batch_size}")
+
+
+STAGE = Stage(
+    "embed", reads=("entities", "chunks", "community_reports", "relationships", "embeddings"), writes=("embeddings", "vectors/"),
+    execute=execute, where=where, gpus=gpus,
+    summary="embed what changed; update or build each kind's vector index",
+)

@@ -1,0 +1,77 @@
+"""Embed: the vector index files of an index (plain functions over its embeddings table). Files
+are named by their content, so a published version's files are never overwritten and unchanged
+vectors reuse the existing file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.config import PipelineConfig
+from graphwright.engines.vectors import (
+    VectorIndex,
+    build_index,
+    load_from,
+    may_update,
+    save_to,
+    update_index,
+)
+from graphwright.storage import manifest
+from graphwright.storage.delta import IndexStore
+from graphwright.util.numeric import to_numpy
+
+
+def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig) -> str:
+    """Build the ANN index for one kind, or update the published one in place where it can
+    (engines.vectors.update_index). Returns the file's path relative to the index."""
+    where = f"kind = '{kind}' AND model = '{model}'"
+    keys = store.read("embeddings", columns=["item_id", "text_hash"], where=where).sort_by("item_id")
+    item_ids, hashes = keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist()
+    digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold, *hashes, *item_ids, length=16)
+    relative = f"vectors/{kind}-{digest}.faiss"
+    if not store.files.exists(relative):
+        def vectors_of(wanted: list[str]) -> np.ndarray:
+            return vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]))
+
+        index = None
+        # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
+        previous = published_vector_index(store, kind) if may_update(cfg.vectors, len(item_ids)) else None
+        if previous is not None:
+            index = update_index(previous, item_ids, hashes, vectors_of, cfg.vectors)
+            del previous
+        if index is None:
+            index = build_index(item_ids, vector_matrix(store, where, keys.column("item_id")), cfg.vectors, hashes)
+        save_to(store.files, relative, index)
+    return relative
+
+
+def published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
+    """The latest published version's vector index of `kind`, if it has one."""
+    try:
+        relative = manifest.load_manifest(store)["vector_indexes"].get(kind)
+    except manifest.NoPublishedVersion:
+        return None
+    if relative is None or not store.files.exists(relative):
+        return None
+    return load_from(store.files, relative)
+
+
+def vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> np.ndarray:
+    """The vectors of `item_ids`, row i for item i, filled from a streaming scan (one float32
+    matrix; reading the table whole and flattening it took three copies)."""
+    matrix = None
+    wanted = item_ids.combine_chunks()
+    for batch in store.scanner("embeddings", where=where)(["item_id", "vector"]):
+        found = pc.index_in(batch.column("item_id"), value_set=wanted)
+        if found.null_count:  # an item not asked for
+            batch, found = batch.filter(pc.is_valid(found)), found.drop_null()
+        if not batch.num_rows:
+            continue
+        rows = to_numpy(found, np.int64)
+        flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
+        if matrix is None:
+            matrix = np.zeros((len(wanted), len(flat) // batch.num_rows), dtype=np.float32)
+        matrix[rows] = flat.reshape(batch.num_rows, -1)
+    return matrix if matrix is not None else np.zeros((0, 1), np.float32)

@@ -1,0 +1,160 @@
+"""Extract stage: every chunk without a completion marker for the current extractor is sent
+through it (the `nlp` rules, or an LLM through the cache) on the executor's workers; the driver
+commits mentions and assertions, then the markers that certify them (extractions), every
+execution.commit_every chunks. What an interrupted attempt left is removed once, up front."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.pipeline.errors import TooManyFailures
+from graphwright.pipeline.executors import BatchStage, pool_of
+from graphwright.pipeline.stage import Stage, Where
+from graphwright.stages.extract.extractors import extractor_key, extractor_stage
+from graphwright.storage.delta import IndexStore, sql_list
+
+
+def execute(run, m: dict) -> dict:
+    store, cfg = run.store, run.config
+    key = extractor_key(cfg.extract, cfg.llm)
+    chunks = store.read("chunks", columns=["chunk_id"])
+    chunk_set = set(chunks.column("chunk_id").to_pylist())
+    # lineage cleanup: extraction rows of chunks that no longer exist
+    removed, have = {}, {}
+    for name in ("mentions", "assertions", "extractions"):
+        have[name] = store.distinct(name, "chunk_id")
+        gone = sorted(have[name] - chunk_set)
+        removed[name] = store.delete_in(name, "chunk_id", gone) if gone else 0
+    done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'")
+    todo = sorted(chunk_set - set(done.column("chunk_id").to_pylist()))
+    # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
+    # their new rows can be appended (per-commit deletes and merges scan whole tables)
+    for name in ("mentions", "assertions"):
+        leftover = sorted(have[name].intersection(todo))
+        removed[name] += store.delete_in(name, "chunk_id", leftover) if leftover else 0
+    if unfinished := sorted(have["extractions"].intersection(todo)):
+        store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
+    extracted = mentions = failed = 0
+    if todo:
+        texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
+        fn_class, args, on_driver = extractor_stage(cfg.extract, cfg.llm, str(store.root))
+        batch_size = cfg.execution.commit_every if on_driver else cfg.extract.batch_size
+        stage = BatchStage("extract", fn_class, args, batch_size=batch_size, on_driver=on_driver,
+                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+        pending: list[pa.Table] = []
+        for batch in run.map_batches("extract", texts, stage):
+            pending.append(batch)
+            if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+                n, k, f = _commit_extractions(run, pending)
+                extracted, mentions, failed = extracted + n, mentions + k, failed + f
+        n, k, f = _commit_extractions(run, pending)
+        extracted, mentions, failed = extracted + n, mentions + k, failed + f
+    m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
+             chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed,
+             work_unit="chunks", work_done=len(todo), work_total=len(chunk_set))
+    if cfg.extract.engine == "llm":
+        run.llm_totals["full_rebuild_tokens"] = _full_rebuild_tokens(store, chunk_set)
+    if failed and failed > cfg.extract.max_failed_fraction * extracted:
+        reasons = store.read("extractions", columns=["chunk_id", "error"], where=f"status = 'failed' AND run_id = '{run.run_id}'")
+        example = reasons.slice(0, 1).to_pylist()
+        raise TooManyFailures(
+            f"{failed} of {extracted} chunks failed extraction, above extract.max_failed_fraction="
+            f"{cfg.extract.max_failed_fraction:g}" + (f" (e.g. chunk {example[0]['chunk_id']}: {example[0]['error']})" if example else "")
+            + ". They are recorded in the extractions table and retried by the next run; nothing was published"
+        )
+    return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_set) - len(todo), "extractor": key}
+
+
+def _flatten(results: pa.Table, column: str, fields: list[str]) -> pa.Table:
+    """One row per element of the nested `column`, with the chunk's ids alongside."""
+    lists = results.column(column).combine_chunks()
+    parent = pc.list_parent_indices(lists)
+    values = pc.list_flatten(lists)
+    out = {c: pc.take(results.column(c), parent) for c in ("chunk_id", "doc_id", "extractor")}
+    for f in fields:
+        out[f] = pc.struct_field(values, f)
+    return pa.table(out)
+
+
+def _commit_extractions(run, results: list[pa.Table]) -> tuple[int, int, int]:
+    store, run_id = run.store, run.run_id
+    if not results:
+        return 0, 0, 0
+    res = pa.concat_tables(results)
+    results.clear()
+    mentions = _flatten(res, "mentions", ["name", "type", "description", "count"])
+    mentions = mentions.append_column("mention_id", pa.array([
+        ids.stable_id("mention", c, n, x) for c, n, x in zip(*(mentions.column(k).to_pylist() for k in ("chunk_id", "name", "extractor")))
+    ], pa.string()))
+    assertions = _flatten(res, "assertions", ["source", "target", "description", "weight"])
+    assertions = assertions.append_column("assertion_id", pa.array([
+        ids.stable_id("assertion", c, s, t, x) for c, s, t, x in zip(*(assertions.column(k).to_pylist() for k in ("chunk_id", "source", "target", "extractor")))
+    ], pa.string()))
+    # the stage removed what earlier attempts left for these chunks: append, then mark them done
+    for name, table in (("mentions", mentions), ("assertions", assertions)):
+        store.append(name, table)
+    markers = pa.table({
+        "chunk_id": res.column("chunk_id"),
+        "doc_id": res.column("doc_id"),
+        "extractor": res.column("extractor"),
+        "status": res.column("status"),
+        "n_mentions": pc.list_value_length(res.column("mentions")).cast(pa.int32()),
+        "n_assertions": pc.list_value_length(res.column("assertions")).cast(pa.int32()),
+        "error": res.column("error"),
+        "run_id": pa.array([run_id] * res.num_rows, pa.string()),
+    })
+    run.record_llm_calls("extract", _flatten(res, "calls", ["key", "prompt_version", "response", "cache_hit", "prompt_tokens",
+                                                            "completion_tokens", "latency_s", "attempts", "error"]))
+    store.append("extractions", markers)
+    failed = res.num_rows - pc.sum(pc.equal(res.column("status"), "ok")).as_py()
+    return res.num_rows, mentions.num_rows, failed
+
+
+def _full_rebuild_tokens(store: IndexStore, chunk_ids: set[str]) -> int:
+    """What extracting every current chunk from scratch would cost, in tokens: for each chunk,
+    the recorded token counts of the calls that extracted it (gleaning rounds included)."""
+    calls = store.read("llm_calls", columns=["item_id", "key", "run_id"], where="stage = 'extract' AND status = 'ok'")
+    keys_by_chunk: dict[str, dict[str, set]] = {}
+    for item, key, run_id in zip(*(calls.column(c).to_pylist() for c in ("item_id", "key", "run_id"))):
+        if item in chunk_ids:
+            keys_by_chunk.setdefault(item, {}).setdefault(run_id, set()).add(key)
+    # the latest run that extracted a chunk holds its current calls
+    keys = {k for runs in keys_by_chunk.values() for k in runs[max(runs)]}
+    if not keys:
+        return 0
+    total = 0
+    for o, ordered in ((o, sorted(keys)) for o in range(0, len(keys), 1000)):
+        cache = store.read("llm_cache", columns=["prompt_tokens", "completion_tokens"], where=f"key IN {sql_list(ordered[o:o + 1000])}")
+        total += sum(cache.column("prompt_tokens").to_pylist()) + sum(cache.column("completion_tokens").to_pylist())
+    return total
+
+
+def gpus(cfg) -> float:
+    """GPUs the stage holds while it works (what a GPU-second price is paid for)."""
+    if cfg.extract.engine == "llm" and cfg.llm.engine == "vllm":
+        return cfg.llm.replicas * cfg.llm.tensor_parallel_size
+    return 0
+
+
+def where(cfg) -> Where:
+    llm = cfg.llm
+    try:
+        extractor = extractor_key(cfg.extract, llm)
+    except ValueError as exc:
+        extractor = f"invalid: {exc}"
+    if cfg.extract.engine == "llm" and llm.engine == "vllm":
+        return Where(extractor, "Ray Data LLM job from the driver", f"{llm.replicas} replicas x {llm.tensor_parallel_size} GPU")
+    if cfg.extract.engine == "llm" and llm.engine == "llamacpp":
+        return Where(extractor, "driver (one in-process model)", f"n_ctx {llm.n_ctx}")
+    if cfg.extract.engine == "llm":
+        return Where(extractor, pool_of(cfg.execution), f"{llm.concurrency} requests in flight to {llm.base_url}")
+    return Where(extractor, pool_of(cfg.execution), f"batches of {cfg.extract.batch_size} chunks")
+
+
+STAGE = Stage(
+    "extract", reads=("chunks", "extractions", "llm_cache"), writes=("mentions", "assertions", "extractions", "llm_cache", "llm_calls"),
+    execute=execute, where=where, gpus=gpus,
+    summary="entities and relations per chunk (nlp rules, or an LLM through the cache)",
+)

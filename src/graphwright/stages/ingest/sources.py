@@ -1,0 +1,293 @@
+"""Ingest: read sources into document rows (plain functions).
+
+Sources: a folder of .txt/.md files (recursively), single .txt/.md files, JSONL and Parquet files
+with `id` (or `title`) and `text` columns; on an object store (s3://bucket/prefix, gs://, abfss://)
+an object, every object under a prefix, or a glob (s3://bucket/docs/*.md). Each bad input becomes
+a SourceError naming the file and the reason; the rest is indexed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+
+from graphwright import ids
+from graphwright.storage import contracts, location
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
+RECORD_SUFFIXES = {".jsonl", ".ndjson", ".parquet"}
+
+
+@dataclass(frozen=True)
+class SourceError:
+    source: str
+    reason: str
+
+
+@dataclass
+class Document:
+    source_key: str
+    source: str
+    title: str
+    text: str
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def doc_id(self) -> str:
+        return ids.doc_id(self.source_key)
+
+
+@dataclass
+class SourceBatch:
+    documents: list[Document]
+    errors: list[SourceError]
+    # sources that failed as a whole: documents indexed from them are kept, not treated as deleted
+    failed_sources: set[str]
+
+
+def decode_text(raw: bytes) -> str:
+    """Bytes to text, or ValueError with a reason a person can act on."""
+    if not raw.strip():
+        raise ValueError("empty file")
+    if b"\x00" in raw[:8192]:
+        raise ValueError("binary file (contains NUL bytes)")
+    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte-order mark is not text
+    try:
+        text = raw[bom:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = exc.start + bom
+        raise ValueError(f"not valid UTF-8 (byte {at}: {raw[at:at + 1]!r}); convert it to UTF-8") from None
+    if not text.strip():
+        raise ValueError("empty file (whitespace only)")
+    return text
+
+
+def _title_from_text(text: str, fallback: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip().lstrip("\ufeff")
+        if line:
+            return line[:200]
+    return fallback
+
+
+def _read_text_file(path: Path, source_key: str) -> Document:
+    text = decode_text(path.read_bytes())
+    return Document(source_key=source_key, source=str(path), title=path.stem, text=text)
+
+
+def _record_documents(path: Path, records: Iterator[tuple[int, dict]], errors: list[SourceError]) -> Iterator[Document]:
+    for line_no, rec in records:
+        where = f"{path}:{line_no}"
+        if not isinstance(rec, dict):
+            errors.append(SourceError(where, "record is not an object"))
+            continue
+        text = rec.get("text")
+        key = rec.get("id") if rec.get("id") not in (None, "") else rec.get("title")
+        if key in (None, ""):
+            errors.append(SourceError(where, "record has neither 'id' nor 'title'"))
+            continue
+        if not isinstance(text, str) or not text.strip():
+            errors.append(SourceError(where, f"record {key!r} has no text"))
+            continue
+        metadata = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {
+            k: v for k, v in rec.items() if k not in ("id", "title", "text") and _jsonable(v)
+        }
+        yield Document(
+            source_key=str(key),
+            source=str(path),
+            title=str(rec.get("title") or key),
+            text=text,
+            metadata=metadata,
+        )
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _jsonl_records(path: Path, errors: list[SourceError]) -> Iterator[tuple[int, dict]]:
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield line_no, json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                errors.append(SourceError(f"{path}:{line_no}", f"invalid JSON line: {exc}"))
+
+
+def _parquet_records(path: Path) -> Iterator[tuple[int, dict]]:
+    import pyarrow.parquet as pq
+
+    row = 0
+    with path.open("rb") as fh:
+        for batch in pq.ParquetFile(fh).iter_batches(batch_size=4096):
+            for rec in batch.to_pylist():
+                row += 1
+                yield row, rec
+
+
+class ObjectFile:
+    """An object on an object store, with the parts of Path's interface that read_path uses."""
+
+    def __init__(self, store, base: str, key: str):
+        self.store, self.key, self.uri = store, key, f"{base}/{key}"
+        pure = PurePosixPath(key)
+        self.name, self.stem, self.suffix = pure.name, pure.stem, pure.suffix
+
+    def read_bytes(self) -> bytes:
+        import obstore
+        from obstore.exceptions import BaseError
+
+        try:
+            return bytes(obstore.get(self.store, self.key).bytes())
+        except BaseError as exc:  # read_path records OSErrors against the file
+            raise OSError(f"cannot read {self.uri}: {str(exc).splitlines()[0]}") from exc
+
+    def open(self, mode: str = "rb") -> io.BytesIO:
+        return io.BytesIO(self.read_bytes())
+
+    def __str__(self) -> str:
+        return self.uri
+
+
+def _object_sources(uri: str) -> list[tuple[ObjectFile, str]]:
+    """(file, source key) for an object URI, a prefix (keys relative to it) or a glob (keys
+    relative to the folder before the first wildcard; `*` also matches across `/`)."""
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    scheme, _, rest = uri.partition("://")
+    bucket, _, path = rest.partition("/")
+    base = f"{scheme}://{bucket}"
+    store = location.open_store(base, location.storage_options())
+    wildcards = [i for i in (path.find(c) for c in "*?[") if i >= 0]
+    if wildcards:
+        folder = path[: path.rfind("/", 0, min(wildcards)) + 1]
+    else:
+        if path and not path.endswith("/"):
+            try:
+                obstore.head(store, path)
+                return [(ObjectFile(store, base, path), PurePosixPath(path).name)]
+            except (NotFoundError, FileNotFoundError):
+                pass
+        folder = path.rstrip("/") + "/" if path else ""
+    listed = [meta["path"] for batch in obstore.list(store, folder.rstrip("/") or None) for meta in batch]
+    keys = [k for k in listed if fnmatch.fnmatchcase(k, path)] if wildcards else listed
+    keys = [k for k in sorted(keys) if not any(part.startswith(".") for part in k[len(folder):].split("/"))]
+    return [(ObjectFile(store, base, k), k[len(folder):]) for k in keys]
+
+
+def read_path(path: Path, source_key: str, errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
+    """Documents from one file; problems go to `errors` (and `failed` when the whole file is lost)."""
+    suffix = path.suffix.lower()
+    errors_before = len(errors)
+    try:
+        if suffix in TEXT_SUFFIXES:
+            yield _read_text_file(path, source_key)
+        elif suffix in {".jsonl", ".ndjson"}:
+            yield from _record_documents(path, _jsonl_records(path, errors), errors)
+        elif suffix == ".parquet":
+            yield from _record_documents(path, _parquet_records(path), errors)
+        else:
+            errors.append(SourceError(str(path), f"unsupported file type {suffix or '(none)'}; expected .txt, .md, .jsonl or .parquet"))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        errors.append(SourceError(str(path), reason))
+        failed.add(str(path))
+    if len(errors) > errors_before:
+        # a record we could not read may be one already indexed: keep this file's documents
+        failed.add(str(path))
+
+
+def read_sources(sources: list[str | Path]) -> SourceBatch:
+    """Read every source into Document objects (document_tables reads a corpus too large to hold
+    as Python objects). Folder members are keyed by their path relative to the folder."""
+    errors: list[SourceError] = []
+    failed: set[str] = set()
+    return SourceBatch(list(iter_documents(sources, errors, failed)), errors, failed)
+
+
+# Documents turned into Arrow rows together: a few MB of Python objects at a time.
+TABLE_BATCH_DOCUMENTS = 1000
+
+
+def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceError], failed: set[str]) -> Iterator[pa.Table]:
+    """The documents table of every source, TABLE_BATCH_DOCUMENTS rows at a time, so the corpus
+    is never held as Python objects: at 100k documents (1.1 GB of text) they and their table had
+    taken the ingest stage to 4.5 GB. Problems go to `errors` and `failed` as they are met."""
+    pending = []
+    for doc in iter_documents(sources, errors, failed):
+        pending.append(doc)
+        if len(pending) == TABLE_BATCH_DOCUMENTS:
+            yield documents_table(pending, run_id)
+            pending = []
+    if pending:
+        yield documents_table(pending, run_id)
+
+
+def iter_documents(sources: list[str | Path], errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
+    """Every source's documents, in order; problems go to `errors` (and `failed`). A key seen
+    before is an error naming both files, and the first document is kept."""
+    first_source: dict[str, str] = {}  # source key -> the file it was read from
+    for source in sources:
+        if location.is_uri(str(source)):
+            from obstore.exceptions import BaseError
+
+            try:
+                keyed = _object_sources(str(source))
+            except BaseError as exc:  # unreachable store, missing bucket, no permission
+                keyed, reason = [], f"cannot list: {str(exc).splitlines()[0]}"
+            else:
+                reason = "no such object, prefix or matching objects"
+            if not keyed:
+                errors.append(SourceError(str(source), reason))
+                failed.add(str(source))
+                continue
+        elif (root := Path(source)).is_dir():
+            files = sorted(
+                p for p in root.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
+            )
+            keyed = [(p, p.relative_to(root).as_posix()) for p in files]
+        elif root.exists():
+            keyed = [(root, root.name)]
+        else:
+            errors.append(SourceError(str(root), "no such file or directory"))
+            failed.add(str(root))
+            continue
+        for path, key in keyed:
+            for doc in read_path(path, key, errors, failed):
+                if doc.source_key in first_source:
+                    other = first_source[doc.source_key]
+                    errors.append(SourceError(doc.source, f"duplicate document key {doc.source_key!r} (also in {other}); kept the first"))
+                    continue
+                first_source[doc.source_key] = doc.source
+                yield doc
+
+
+def documents_table(docs: list[Document], run_id: str) -> pa.Table:
+    return pa.table(
+        schema=contracts.schema("documents").arrow,  # typed even when empty
+        data={
+            "doc_id": [d.doc_id for d in docs],
+            "source_key": [d.source_key for d in docs],
+            "source": [d.source for d in docs],
+            "title": [d.title for d in docs],
+            "text": [d.text for d in docs],
+            "content_hash": [ids.content_hash(d.text) for d in docs],
+            "metadata": [json.dumps(d.metadata, sort_keys=True) if d.metadata else None for d in docs],
+            "n_chars": [len(d.text) for d in docs],
+            "run_id": [run_id] * len(docs),
+        }
+    )

@@ -1,0 +1,56 @@
+"""Publish stage: one `index_manifest` row pins the Delta version of every data table and the
+vector index files, unless the latest one already pins exactly this state (a no-op rerun
+publishes nothing). Queries read a version's tables at their pinned versions."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from graphwright.config import PipelineConfig
+from graphwright.engines.embed import model_name
+from graphwright.pipeline.stage import Stage, Where
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import DATA_TABLES, manifests
+
+
+def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str]) -> dict:
+    """Write a new manifest unless the latest one already pins exactly this state."""
+    versions = {name: store.ensure(name).version() for name in DATA_TABLES}
+    counts = {name: store.count(name) for name in DATA_TABLES}
+    previous = manifests(store)
+    latest = previous[-1] if previous else None
+    if latest and latest["table_versions"] == versions and latest["vector_indexes"] == vector_indexes \
+            and latest["config_hash"] == config.config_hash():
+        return {**latest, "new": False}
+    row = {
+        "version": (latest["version"] + 1) if latest else 1,
+        "published_at": datetime.now(timezone.utc),
+        "run_id": run_id,
+        "table_versions": json.dumps(versions, sort_keys=True),
+        "vector_indexes": json.dumps(vector_indexes, sort_keys=True),
+        "config_hash": config.config_hash(),
+        "config": config.model_dump_json(),
+        "embedding_model": model_name(config.embed),
+        "counts": json.dumps(counts, sort_keys=True),
+    }
+    store.upsert("index_manifest", pa.Table.from_pylist([row]))
+    return {**row, "table_versions": versions, "vector_indexes": vector_indexes, "counts": counts, "new": True}
+
+
+
+def execute(run, m: dict) -> dict:
+    vector_indexes = run.results["embed"]["vector_indexes"]
+    manifest = publish(run.store, run.run_id, run.config, vector_indexes)
+    m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"],
+             new_version=manifest["new"], work_unit="versions", work_done=1, work_total=1)
+    return manifest
+
+
+STAGE = Stage(
+    "publish", reads=DATA_TABLES + ("vectors/",), writes=("index_manifest",), execute=execute,
+    where=lambda cfg: Where(f"manifest + {cfg.vectors.engine} indexes"),
+    summary="a new manifest version pinning every table's Delta version and the vector files",
+)

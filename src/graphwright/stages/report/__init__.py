@@ -1,0 +1,80 @@
+"""Report stage (on the driver): community reports, bottom-up. Extractive by default; with
+`report.mode: llm`, written by the LLM level by level (leaves first); with `lazy`, none now, and
+those whose community or inputs changed are removed. A report is rebuilt only when the hash of
+its inputs changed."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from graphwright.pipeline.errors import TooManyReportFailures
+from graphwright.pipeline.stage import Stage, Where
+from graphwright.stages.report.extractive import build_reports
+from graphwright.stages.report.llm_reports import LLMReports, generator_of, to_table
+from graphwright.storage import contracts
+from graphwright.storage.delta import IndexStore
+
+
+def execute(run, m: dict) -> dict:
+    store, cfg = run.store, run.config.report
+    previous = store.read("community_reports")
+    if cfg.mode == "extractive":
+        communities = _communities_without_chunk_lists(store)
+        reports, stats = build_reports(
+            communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
+            _relationships_without_descriptions(store), cfg, previous,
+            descriptions=lambda ids_: store.rows_in("relationships", "relationship_id", ids_, ["relationship_id", "description"]))
+        store.replace_if_changed("community_reports", reports)
+        m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
+                 work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
+        return stats
+    run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
+    communities = store.read("communities")
+    llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist())
+    gen = generator_of(run.config.llm)
+    current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
+    if cfg.mode == "lazy":
+        # nothing is written now; a report whose community is gone or whose inputs changed
+        # (or that is not this model's and prompt's) must not leak into this version
+        old = previous.select(["community_id", "input_hash", "generator"]).to_pylist()
+        stale = [r["community_id"] for r in old if current.get(r["community_id"]) != r["input_hash"] or r["generator"] != gen]
+        removed = store.delete_in("community_reports", "community_id", stale) if stale else 0
+        stats = {"built": 0, "reused": len(old) - len(stale), "removed": removed, "planned": len(current)}
+        m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
+        return stats
+    rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous.to_pylist()})
+    run.record_llm_calls("report", pa.Table.from_pylist(calls))
+    attempted = stats["built"] + stats["failed"]
+    if stats["failed"]:
+        run.log(f"[yellow]{stats['failed']} of {attempted} LLM reports failed[/]; they fall back to extractive reports and the next run retries them")
+    if stats["failed"] > cfg.max_failed_fraction * attempted:
+        example = next((c["error"] for c in calls if c["error"]), "a sub-community report failed")
+        raise TooManyReportFailures(
+            f"{stats['failed']} of {attempted} LLM reports failed, above report.max_failed_fraction={cfg.max_failed_fraction:g} "
+            f"(e.g. {example}); nothing was published, and the next run retries them")
+    reports = to_table(list(rows.values()))
+    store.replace_if_changed("community_reports", reports)
+    m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
+             work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
+    return stats
+
+
+def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
+    """The communities with the length of their chunk lists instead of the lists (each chunk is
+    in every community its entities are in, at every level: the table's bulk)."""
+    columns = [c for c in contracts.schema("communities").arrow.names if c != "chunk_ids"]
+    return store.read_derived("communities", columns, {"n_chunks": ('cardinality("chunk_ids")', pa.int32())})
+
+
+def _relationships_without_descriptions(store: IndexStore) -> pa.Table:
+    """The relationships with whether each has a description instead of the description
+    (reports read the descriptions of the few relationships they show)."""
+    return store.read_derived("relationships", ["relationship_id", "source", "target", "weight"],
+                              {"described": ('coalesce(character_length("description") > 0, false)', pa.bool_())})
+
+
+STAGE = Stage(
+    "report", reads=("communities", "entities", "relationships", "chunks", "community_reports"), writes=("community_reports",),
+    execute=execute, where=lambda cfg: Where(cfg.report.mode),
+    summary="community reports, leaves first (extractive, LLM, or lazily at query time)",
+)

@@ -1,0 +1,337 @@
+"""LLM community reports in GraphRAG's shape (title, summary, rating, rating explanation,
+findings, references), truly bottom-up.
+
+Planning needs no LLM: for each community, deepest level first, its context is its own entities
+and relationships (plus text units while they fit) when those fit `report.context_tokens`;
+otherwise its children's reports stand in for their members' rows, largest child first, until it
+fits (and what still does not fit is trimmed by rank). A child's report takes a fixed share of
+the context (`child_report_tokens`), so a plan, and its input hash, is known before any report
+is written: the hash covers the rows it lists and the input hashes of the children it uses.
+Writing then runs level by level, deepest first, so every child report a parent uses exists
+when the parent's prompt is built. Tokens are counted with the chunker's tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from graphwright import ids
+from graphwright.engines.llm.interface import LLMRequest, LLMResponse
+from graphwright.stages.extract.parse import ParseError, loads_lenient
+from graphwright.text.tokens import count_tokens, truncate_tokens
+
+PROMPT_VERSION = "report-v1"
+TABLES = ("Entities", "Relationships", "Sources", "Reports")
+
+SYSTEM = """You write a report about one community of a knowledge graph: a group of entities and \
+the relationships among them. Use only the data tables given; do not invent facts.
+
+Answer with one JSON object:
+{"title": "short name of the community naming its key entities",
+ "summary": "executive summary: how the community is structured and what matters most about it",
+ "rating": 0-10 importance of the community,
+ "rating_explanation": "one sentence explaining the rating",
+ "findings": [{"summary": "one-line insight", "explanation": "a paragraph grounded in the data, \
+ending with its references"}]}
+
+Give 2 to 6 findings. Support every explanation with references to the rows it uses, by table \
+name and id, like [Data: Entities (1, 3); Relationships (2); Sources (1); Reports (1)]. \
+Cite only ids that appear in the tables."""
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string"},
+        "summary": {"type": "string"},
+        "rating": {"type": "number"},
+        "rating_explanation": {"type": "string"},
+        "findings": {"type": "array", "items": {"type": "object", "properties": {
+            "summary": {"type": "string"}, "explanation": {"type": "string"}}, "required": ["summary", "explanation"]}},
+    },
+    "required": ["title", "summary", "rating", "rating_explanation", "findings"],
+}
+
+
+def generator(model: str) -> str:
+    return f"llm:{model}@{PROMPT_VERSION}"
+
+
+def _clean(text) -> str:
+    return " ".join(str(text or "").split())
+
+
+@dataclass
+class Plan:
+    community_id: str
+    level: int
+    input_hash: str
+    entities: list[tuple[str, str]]  # (entity id, row text), listed by text
+    relationships: list[tuple[str, str]]
+    chunks: list[tuple[str, str]]
+    children: list[str]  # communities whose reports stand in for their members' rows
+    rating: float  # used when the model gives none: 2.5 x log2(1 + supporting chunks), capped at 10
+    tokens: int = 0  # the context's size as planned
+    needs: list[str] = field(default_factory=list)  # = children: reports to write before this one
+
+
+def entity_row(e: dict) -> str:
+    return _clean(f"{e['name']}|{e['type']}|{e['description']}")
+
+
+def relationship_row(r: dict) -> str:
+    return _clean(f"{r['source']}|{r['target']}|{r['description']}")
+
+
+def candidate_chunks(community: dict, ent: dict, rel: dict, n: int) -> list[str]:
+    """The community's `n` text units that support most of its rows (ties by id)."""
+    if n <= 0:
+        return []
+    support: dict[str, int] = {}
+    for r in community["relationship_ids"]:
+        for c in rel[r]["chunk_ids"] if r in rel else []:
+            support[c] = support.get(c, 0) + 1
+    for e in community["entity_ids"]:
+        for c in ent[e]["chunk_ids"] if e in ent else []:
+            support[c] = support.get(c, 0) + 1
+    return [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: dict[str, str], config, model: str) -> dict[str, Plan]:
+    """A plan per community of at least `min_size` entities among `communities` (which must
+    include the descendants of every community to plan). `ent`/`rel` need name, type (entities),
+    source, target (relationships), description, degree / weight and chunk_ids."""
+    eligible = {c["community_id"]: c for c in communities if c["size"] >= config.min_size}
+    used_e = {e for c in eligible.values() for e in c["entity_ids"] if e in ent}
+    used_r = {r for c in eligible.values() for r in c["relationship_ids"] if r in rel}
+    e_ids, r_ids = sorted(used_e), sorted(used_r)
+    e_text = {i: entity_row(ent[i]) for i in e_ids}
+    r_text = {i: relationship_row(rel[i]) for i in r_ids}
+    # +2: the row's id and separator in the prompt
+    e_cost = dict(zip(e_ids, (n + 2 for n in count_tokens([e_text[i] for i in e_ids]))))
+    r_cost = dict(zip(r_ids, (n + 2 for n in count_tokens([r_text[i] for i in r_ids]))))
+    c_text = {c: _clean(t) for c, t in chunk_text.items()}
+    c_cost = dict(zip(c_text, (n + 2 for n in count_tokens(list(c_text.values())))))
+    gen = generator(model)
+    plans: dict[str, Plan] = {}
+    for c in sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"])):
+        plans[c["community_id"]] = _plan(c, eligible, plans, ent, rel, e_text, r_text, c_text, e_cost, r_cost, c_cost, config, gen)
+    return plans
+
+
+def _plan(c, eligible, plans, ent, rel, e_text, r_text, c_text, e_cost, r_cost, c_cost, config, gen) -> Plan:
+    budget, share = config.context_tokens, config.child_report_tokens
+    keep_e = [e for e in c["entity_ids"] if e in e_text]
+    keep_r = [r for r in c["relationship_ids"] if r in r_text]
+
+    def cost(es, rs, n_children):
+        return sum(e_cost[e] for e in es) + sum(r_cost[r] for r in rs) + share * n_children
+
+    children: list[str] = []
+    if cost(keep_e, keep_r, 0) > budget:
+        kids = sorted((eligible[k] for k in c["children_ids"] if k in plans), key=lambda k: (-k["size"], k["community_id"]))
+        for kid in kids:
+            if share * (len(children) + 1) > budget:
+                break
+            children.append(kid["community_id"])
+            gone_e, gone_r = set(kid["entity_ids"]), set(kid["relationship_ids"])
+            keep_e = [e for e in keep_e if e not in gone_e]
+            keep_r = [r for r in keep_r if r not in gone_r]
+            if cost(keep_e, keep_r, len(children)) <= budget:
+                break
+    if cost(keep_e, keep_r, len(children)) > budget:  # still too big: keep the best-ranked rows that fit
+        keep_e, keep_r = _trim(keep_e, keep_r, ent, rel, e_cost, r_cost, budget - share * len(children))
+    chunks: list[str] = []
+    if not children:
+        room = budget - cost(keep_e, keep_r, 0)
+        for ch in candidate_chunks(c, ent, rel, config.context_chunks):
+            if ch in c_cost and c_cost[ch] <= room:
+                chunks.append(ch)
+                room -= c_cost[ch]
+    # listed by text, not by rank: a weight that changes without changing what is selected must
+    # not change the context (and so trigger a new report)
+    entities = sorted(((e, e_text[e]) for e in keep_e), key=lambda t: (t[1], t[0]))
+    relationships = sorted(((r, r_text[r]) for r in keep_r), key=lambda t: (t[1], t[0]))
+    chunk_rows = sorted(((ch, c_text[ch]) for ch in chunks), key=lambda t: t[0])
+    payload = {
+        "entities": [t for _, t in entities], "relationships": [t for _, t in relationships],
+        "chunks": [t for _, t in chunk_rows], "children": [plans[k].input_hash for k in children],
+        "child_report_tokens": share if children else None,
+    }
+    input_hash = ids.stable_id("report-input", gen, json.dumps(payload, sort_keys=True, ensure_ascii=False), length=32)
+    n_chunks = len(c["chunk_ids"])
+    return Plan(c["community_id"], c["level"], input_hash, entities, relationships, chunk_rows, children,
+                rating=round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2,
+                tokens=cost(keep_e, keep_r, len(children)) + sum(c_cost[ch] for ch in chunks), needs=list(children))
+
+
+def _trim(es, rs, ent, rel, e_cost, r_cost, budget) -> tuple[list[str], list[str]]:
+    """Entities by degree and relationships by weight, alternately, while they fit."""
+    ranked_e = sorted(es, key=lambda e: (-ent[e]["degree"], e))
+    ranked_r = sorted(rs, key=lambda r: (-rel[r]["weight"], r))
+    kept_e, kept_r, used = [], [], 0
+    for i in range(max(len(ranked_e), len(ranked_r))):
+        for items, costs, kept in ((ranked_e, e_cost, kept_e), (ranked_r, r_cost, kept_r)):
+            if i < len(items) and used + costs[items[i]] <= budget:
+                kept.append(items[i])
+                used += costs[items[i]]
+    return kept_e, kept_r
+
+
+def needed(plans: dict[str, Plan], targets: list[str]) -> set[str]:
+    """`targets` and, transitively, the children whose reports their contexts use."""
+    out, stack = set(), [t for t in targets if t in plans]
+    while stack:
+        cid = stack.pop()
+        if cid not in out:
+            out.add(cid)
+            stack.extend(plans[cid].needs)
+    return out
+
+
+def child_text(report: dict, limit: int) -> str:
+    findings = [f.get("summary", "") for f in _findings(report.get("findings"))]
+    text = _clean(f"{report['title']}|{report['summary']}" + (" Findings: " + "; ".join(findings) if findings else ""))
+    return truncate_tokens(text, limit)
+
+
+def _findings(value) -> list[dict]:
+    try:
+        items = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError:
+        return []
+    return [f for f in items or [] if isinstance(f, dict)]
+
+
+def report_request(plan: Plan, child_reports: dict[str, dict], config, llm) -> tuple[LLMRequest, dict[str, list[str]]]:
+    """The request, and per table the ids its rows are numbered by (row n = ids[n - 1])."""
+    refs = {
+        "Entities": [e for e, _ in plan.entities],
+        "Relationships": [r for r, _ in plan.relationships],
+        "Sources": [c for c, _ in plan.chunks],
+        "Reports": list(plan.children),
+    }
+    sections = [
+        ("Entities", "id|entity|type|description", [t for _, t in plan.entities]),
+        ("Relationships", "id|source|target|description", [t for _, t in plan.relationships]),
+        ("Reports", "id|title|summary (reports of sub-communities)",
+         [child_text(child_reports[k], config.child_report_tokens) for k in plan.children]),
+        ("Sources", "id|text", [t for _, t in plan.chunks]),
+    ]
+    body = "\n\n".join(f"-----{name}-----\n{header}\n" + "\n".join(f"{i}|{row}" for i, row in enumerate(rows, 1))
+                       for name, header, rows in sections if rows)
+    request = LLMRequest(messages=(("system", SYSTEM), ("user", f"Data tables:\n\n{body}\n\nWrite the report as JSON.")),
+                         json_schema=SCHEMA, max_tokens=llm.max_tokens, temperature=llm.temperature, prompt_version=PROMPT_VERSION)
+    return request, refs
+
+
+_DATA = re.compile(r"\[Data:([^\]]*)\]", re.IGNORECASE)
+_TABLE = re.compile(r"(Entities|Relationships|Sources|Reports)\s*\(([^)]*)\)", re.IGNORECASE)
+
+
+def cited(texts: list[str], refs: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Ids cited by GraphRAG-style references ([Data: Entities (1, 3); Sources (2, +more)]);
+    numbers that are not rows of the prompt are ignored."""
+    out: dict[str, set[str]] = {name: set() for name in TABLES}
+    for text in texts:
+        for block in _DATA.findall(text):
+            for table, numbers in _TABLE.findall(block):
+                name = table.capitalize()
+                rows = refs[name]
+                for n in re.findall(r"\d+", numbers):
+                    if 1 <= int(n) <= len(rows):
+                        out[name].add(rows[int(n) - 1])
+    return {name: sorted(v) for name, v in out.items()}
+
+
+def parse_report(text: str | None, plan: Plan, refs: dict[str, list[str]]) -> dict:
+    """The report's columns from the model's answer (lenient JSON); ParseError when it is not a
+    report (no title or no summary)."""
+    data = loads_lenient(text)
+    if not isinstance(data, dict):
+        raise ParseError("answer is not a JSON object")
+    title, summary = _clean(data.get("title")), _clean(data.get("summary"))
+    if not title or not summary:
+        raise ParseError(f"report without {'title' if not title else 'summary'}: {str(text)[:80]!r}")
+    try:
+        rating = float(data.get("rating"))
+        rating = plan.rating if math.isnan(rating) else max(0.0, min(10.0, rating))
+    except (TypeError, ValueError):
+        rating = plan.rating
+    findings = []
+    for f in data.get("findings") or []:
+        if isinstance(f, str):
+            f = {"summary": f, "explanation": ""}
+        if isinstance(f, dict) and (_clean(f.get("summary")) or _clean(f.get("explanation"))):
+            findings.append({"summary": _clean(f.get("summary")), "explanation": _clean(f.get("explanation"))})
+    explanation = _clean(data.get("rating_explanation"))
+    used = cited([summary, explanation] + [f["summary"] + " " + f["explanation"] for f in findings], refs)
+    full = "\n\n".join([f"# {title}", summary] + [f"## {f['summary']}\n\n{f['explanation']}" for f in findings])
+    return {
+        "title": title, "summary": summary, "rating": rating, "rating_explanation": explanation,
+        "findings": json.dumps(findings, ensure_ascii=False), "full_content": full,
+        "entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
+        "sub_community_ids": used["Reports"],
+    }
+
+
+Complete = Callable[[list[LLMRequest]], list[tuple[str, LLMResponse, bool]]]
+
+
+def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str, dict], complete: Complete,
+                  fallback: Callable[[str, dict[str, dict]], dict], config, llm) -> tuple[dict[str, dict], list[dict], dict]:
+    """Reports for `targets` and the children their contexts need, level by level, deepest first.
+
+    `existing` maps input hashes to reports that can be reused as they are. `complete` answers a
+    batch of requests ((key, response, cache_hit) each). A report whose call fails or whose answer
+    is not a report, or that needs a child report that failed, becomes `fallback(community_id,
+    reports so far)` (the extractive report) with generator 'extractive@N fallback', so that it is
+    not reused as an LLM report. Returns ({community_id: row}, call records, counts)."""
+    gen = generator(llm.model)
+    todo = needed(plans, targets)
+    rows: dict[str, dict] = {}
+    calls: list[dict] = []
+    stats = {"built": 0, "reused": 0, "failed": 0}
+    for level in sorted({plans[c].level for c in todo}, reverse=True):
+        batch = []
+        for cid in sorted(c for c in todo if plans[c].level == level):
+            plan = plans[cid]
+            old = existing.get(plan.input_hash)
+            if old is not None and old["generator"] == gen:
+                rows[cid] = {**old, "community_id": cid, "level": plan.level}
+                stats["reused"] += 1
+            elif any(rows[k]["generator"] != gen for k in plan.needs):
+                rows[cid] = _fallback(fallback, cid, rows, plan, "a sub-community report failed")
+                stats["failed"] += 1
+            else:
+                batch.append(plan)
+        prepared = [report_request(plan, rows, config, llm) for plan in batch]
+        answers = complete([request for request, _ in prepared]) if prepared else []
+        for plan, (_, refs), (key, resp, hit) in zip(batch, prepared, answers):
+            error = resp.error if not resp.ok else None
+            if error is None:
+                try:
+                    report = parse_report(resp.text, plan, refs)
+                except ParseError as exc:
+                    error = f"unusable report: {exc}"
+            if error is None:
+                rows[plan.community_id] = {**report, "community_id": plan.community_id, "level": plan.level,
+                                           "input_hash": plan.input_hash, "generator": gen}
+                stats["built"] += 1
+            else:
+                rows[plan.community_id] = _fallback(fallback, plan.community_id, rows, plan, error)
+                stats["failed"] += 1
+            calls.append({"key": key, "item_id": plan.community_id, "prompt_version": PROMPT_VERSION, "response": resp.text,
+                          "cache_hit": hit, "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                          "latency_s": resp.latency_s, "attempts": resp.attempts, "error": error})
+    return rows, calls, stats
+
+
+def _fallback(fallback, cid: str, rows: dict, plan: Plan, reason: str) -> dict:
+    report = fallback(cid, rows)
+    return {**report, "community_id": cid, "level": plan.level, "input_hash": plan.input_hash,
+            "generator": f"{report['generator']} fallback",
+            "rating_explanation": f"{report['rating_explanation']} (LLM report failed: {reason[:200]})"}

@@ -1,0 +1,144 @@
+"""LLM community reports for some communities of an index: all of them at index time
+(`report.mode: llm`, leaves first), or, in lazy mode, those a query touches and the children
+their contexts need (`ensure_reports`). Planning, prompts and parsing are in report.llm."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from graphwright.config import ReportConfig
+from graphwright.stages.report.extractive import (
+    GENERATOR,
+    extractive_report,
+    report_context,
+)
+from graphwright.storage import contracts
+from graphwright.storage.delta import IndexStore, read_in
+
+ENTITY_COLUMNS = ["entity_id", "name", "type", "description", "degree", "mention_count", "chunk_ids"]
+
+
+RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "weight", "chunk_ids"]
+
+
+def _read_in(read: Callable, name: str, column: str, values, columns: list[str]) -> list[dict]:
+    return read_in(read, name, column, values, columns).to_pylist()
+
+
+def _subtree(communities: dict[str, dict], roots: list[str]) -> list[dict]:
+    out, stack = {}, [r for r in roots if r in communities]
+    while stack:
+        cid = stack.pop()
+        if cid not in out:
+            out[cid] = communities[cid]
+            stack.extend(k for k in communities[cid]["children_ids"] if k in communities)
+    return list(out.values())
+
+
+class LLMReports:
+    """Plans and writes LLM reports for some communities of an index (all of them at index time;
+    those a query touches, and the children they need, in lazy mode), reading the graph through
+    `read` (IndexStore.read, or a published version's pinned read)."""
+
+    def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], read: Callable | None = None):
+        from graphwright.stages.report.llm import candidate_chunks, plan_reports
+
+        self.store, self.config, self.llm = store, config, llm
+        read = read or store.read
+        members = {e for c in communities for e in c["entity_ids"]}  # children's members are their parent's
+        self.ent = {r["entity_id"]: r for r in _read_in(read, "entities", "entity_id", members, ENTITY_COLUMNS)}
+        self.rel = {r["relationship_id"]: r for r in _read_in(
+            read, "relationships", "relationship_id", {r for c in communities for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
+        wanted = {ch for c in communities if c["size"] >= config.min_size
+                  for ch in candidate_chunks(c, self.ent, self.rel, config.context_chunks)}
+        chunk_text = {r["chunk_id"]: r["text"] for r in _read_in(read, "chunks", "chunk_id", wanted, ["chunk_id", "text"])}
+        self.communities = {c["community_id"]: c for c in communities}
+        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model)
+        self._engine = None
+
+    def _complete(self, requests):
+        from graphwright.engines.llm import make_llm
+        from graphwright.engines.llm.cache import complete_through_cache
+
+        def engine():  # created once, on the first cache miss
+            if self._engine is None:
+                self._engine = make_llm(self.llm)
+            return self._engine
+
+        return complete_through_cache(self.store, engine, requests, self.llm.model)
+
+    def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
+        c = self.communities[cid]
+        context = report_context(c, self.ent, self.rel, [rows[k] for k in c["children_ids"] if k in rows], self.config)
+        return {**extractive_report(context, self.config), "generator": GENERATOR}
+
+    def write(self, targets: list[str], existing: dict[str, dict]) -> tuple[dict[str, dict], list[dict], dict]:
+        """({community_id: report row}, call records, counts) for `targets` and what they need."""
+        from graphwright.stages.report.llm import write_reports
+
+        self.llm.require(f"report.mode {self.config.mode}")
+        return write_reports(self.plans, targets, existing, self._complete, self._fallback, self.config, self.llm)
+
+
+def to_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(sorted(rows, key=lambda r: r["community_id"]), schema=contracts.schema("community_reports").arrow)
+
+
+_LAZY_WRITES = threading.Lock()
+
+
+def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportConfig, llm, *,
+                   pins: dict[str, int] | None = None, run_id: str | None = None) -> list[dict]:
+    """Reports of `community_ids` (those of at least `min_size` entities), writing the missing
+    ones (and the children reports their contexts need, first) for lazy mode.
+
+    The graph is read at `pins` (a published version's table versions); reports are looked up by
+    input hash in the latest `community_reports`, so a report written for any version serves
+    every version whose community has the same inputs. New reports are upserted there (a failed
+    one is returned as its extractive fallback but not stored, so a later query retries it) and
+    the calls are recorded in llm_calls with stage 'report' under `run_id`."""
+    def read(name, **kw):
+        return store.read(name, version=(pins or {}).get(name), **kw)
+
+    everything = {c["community_id"]: c for c in read("communities").to_pylist()}
+    targets = [c for c in dict.fromkeys(community_ids) if c in everything and everything[c]["size"] >= config.min_size]
+    if not targets:
+        return []
+    reports = LLMReports(store, config, llm, _subtree(everything, targets), read)
+    from graphwright.stages.report.llm import needed
+
+    hashes = [reports.plans[c].input_hash for c in needed(reports.plans, targets)]
+    # one writer at a time in this process (concurrent queries of a server would otherwise race
+    # on the same MERGE); a report written meanwhile by another query is found, not paid twice
+    with _LAZY_WRITES:
+        existing = {r["input_hash"]: r for r in _read_in(store.read, "community_reports", "input_hash", hashes,
+                                                          contracts.schema("community_reports").arrow.names)}
+        rows, calls, _ = reports.write(targets, existing)
+        return _store_lazy(store, targets, rows, calls, existing, llm, run_id)
+
+
+def _store_lazy(store: IndexStore, targets: list[str], rows: dict, calls: list, existing: dict, llm, run_id: str | None) -> list[dict]:
+    from graphwright.engines.llm.cache import record_calls
+
+    gen = generator_of(llm)
+    fresh = [r for cid, r in rows.items() if r["generator"] == gen and existing.get(r["input_hash"], {}).get("community_id") != cid]
+    if fresh:
+        store.upsert("community_reports", to_table(fresh))
+    if calls:
+        record_calls(store, llm, run_id or _query_run_id(), "report", calls)
+    return [rows[c] for c in targets]
+
+
+def generator_of(llm) -> str:
+    from graphwright.stages.report.llm import generator
+
+    return generator(llm.model)
+
+
+def _query_run_id() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("query-%Y%m%dT%H%M%S%fZ")

@@ -1,0 +1,92 @@
+"""Resolve stage (fan-in, on the driver): entities, entity_aliases and relationships from the
+current extractor's mentions and assertions (core.resolve_parts), with descriptions over budget
+summarized by the LLM when resolve.summarize is on. Each table is replaced only if a row changed."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from graphwright.pipeline.stage import Stage, Where
+from graphwright.stages.extract.extractors import extractor_key
+from graphwright.stages.resolve.core import resolve_parts
+
+
+def execute(run, m: dict) -> dict:
+    store = run.store
+    key = extractor_key(run.config.extract, run.config.llm)
+    where = f"extractor = '{key}'"
+    mentions, assertions = store.scanner("mentions", where=where), store.scanner("assertions", where=where)
+    n_mentions, n_assertions = store.count("mentions", where=where), store.count("assertions", where=where)
+    chunks = store.read("chunks", columns=["chunk_id", "doc_id", "chunk_index"])
+    docs = store.read("documents", columns=["doc_id", "source_key"])
+    source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
+    positions = {c: (source_key.get(d, ""), i) for c, d, i in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "chunk_index")))}
+    overflow: dict | None = {} if run.config.resolve.summarize else None
+    linking: dict = {}
+    resolved = resolve_parts(mentions, assertions, run.config.resolve, positions, overflow,
+                             embed=_embedder(run), adjudicate=_adjudicator(run), stats=linking)
+    del positions, chunks, source_key
+    entities = _summarize_descriptions(run, overflow, resolved.entities, "entities", "entity_id")
+
+    def relationship_parts():  # each part's overflow is summarized before the part is written
+        for part in resolved.relationship_parts:
+            yield _summarize_descriptions(run, overflow, part, "relationships", "relationship_id")
+
+    diffs = {"entities": store.replace_if_changed("entities", entities),
+             "entity_aliases": store.replace_if_changed("entity_aliases", resolved.aliases),
+             "relationships": store.replace_parts_if_changed("relationships", relationship_parts())}
+    m.update(rows_in=n_mentions + n_assertions, rows_out=entities.num_rows + resolved.relationships,
+             entities=entities.num_rows, relationships=resolved.relationships, aliases=resolved.aliases.num_rows,
+             changes=diffs, linking=linking, work_unit="mentions", work_done=n_mentions, work_total=n_mentions)
+    return diffs
+
+
+def _embedder(run):
+    if not run.config.resolve.embeddings:
+        return None
+    from graphwright.engines.embed import make_embedder
+
+    return make_embedder(run.config.embed).encode
+
+
+def _adjudicator(run):
+    """Borderline pairs to the LLM, through the cache; the calls are recorded."""
+    if not run.config.resolve.adjudicate:
+        return None
+    run.config.llm.require("resolve.adjudicate")
+    from graphwright.stages.resolve.adjudicate import adjudicate
+
+    def decide(pairs):
+        verdicts, calls = adjudicate(run.store, pairs, run.config.llm)
+        run.record_llm_calls("resolve", pa.Table.from_pylist(calls))
+        return verdicts
+
+    return decide
+
+
+def _summarize_descriptions(run, overflow: dict | None, table: pa.Table, name: str, key: str) -> pa.Table:
+    """`table` with the descriptions in `overflow` (emptied after) replaced by LLM summaries."""
+    if not overflow:
+        return table
+    from graphwright.stages.resolve.summarize import summarize
+
+    run.config.llm.require("resolve.summarize")
+    summaries, calls = summarize(run.store, overflow, run.config.resolve.description_max_chars, run.config.llm)
+    overflow.clear()
+    run.record_llm_calls("resolve", pa.Table.from_pylist(calls))
+    ids_ = table.column(key).to_pylist()
+    texts = [summaries.get((name, i), d) for i, d in zip(ids_, table.column("description").to_pylist())]
+    return table.set_column(table.schema.get_field_index("description"), "description", pa.array(texts, pa.string()))
+
+
+def where(cfg) -> Where:
+    extras = [x for x, on in (("embeddings", cfg.resolve.embeddings), ("LLM adjudication", cfg.resolve.adjudicate),
+                              ("LLM summaries", cfg.resolve.summarize)) if on]
+    return Where(cfg.resolve.method + (f" + {', '.join(extras)}" if extras else ""))
+
+
+STAGE = Stage(
+    "resolve", reads=("mentions", "assertions", "chunks", "documents"), writes=("entities", "entity_aliases", "relationships"),
+    execute=execute, where=where,
+    summary="merge name variants into entities; assertions into relationships, with lineage",
+)

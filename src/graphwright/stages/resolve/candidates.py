@@ -1,0 +1,57 @@
+"""Candidate pairs for entity resolution, without comparing every key with every other.
+
+Exact blocking on the normalized key happens before (one key = one group of mentions). Here:
+- token blocking: a key is paired with the keys that contain all its tokens, looked up in the
+  block of its rarest token ('scrooge' -> 'ebenezer scrooge'; initials match the words they
+  start). Blocks larger than `max_block` (a common first name) are skipped: O(keys * max_block).
+- character n-gram neighbours: hashed 3-gram vectors, top-k by cosine through
+  graphwright.engines.vectors.neighbours (faiss on CPU, cuVS on GPU), for typos and spelling variants.
+- embedding neighbours (optional): the same search over name + description embeddings.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from graphwright.engines.vectors.neighbours import neighbours, ngram_vectors
+from graphwright.stages.resolve.scoring import contained
+
+
+def token_pairs(keys: list[str], max_block: int) -> set[tuple[int, int]]:
+    blocks: dict[str, list[int]] = defaultdict(list)
+    tokens = [k.split() for k in keys]
+    for i, toks in enumerate(tokens):
+        for t in set(toks):
+            blocks[t].append(i)
+    pairs = set()
+    for i, toks in enumerate(tokens):
+        long_tokens = [t for t in toks if len(t) >= 3]
+        if not long_tokens or len(toks) > 4:
+            continue
+        rarest = min(long_tokens, key=lambda t: (len(blocks[t]), t))
+        block = blocks[rarest]
+        if len(block) > max_block:
+            continue
+        for j in block:
+            if j != i and len(tokens[j]) > len(toks) and contained(tuple(toks), tuple(tokens[j])):
+                pairs.add((min(i, j), max(i, j)))
+    return pairs
+
+
+def vector_pairs(vectors: np.ndarray, k: int, min_cosine: float, engine: str) -> set[tuple[int, int]]:
+    scores, idx = neighbours(vectors, k, engine)
+    rows, cols = np.nonzero((scores >= min_cosine) & (idx >= 0))
+    js = idx[rows, cols]
+    return {(int(min(i, j)), int(max(i, j))) for i, j in zip(rows.tolist(), js.tolist())}
+
+
+def candidate_pairs(keys: list[str], config, embeddings: np.ndarray | None = None) -> dict[str, set[tuple[int, int]]]:
+    """{generator: {(i, j), i < j}} over indices into `keys` (sorted, so the same keys give the
+    same pairs whatever order the mentions came in)."""
+    out = {"tokens": token_pairs(keys, config.max_block)}
+    out["ngrams"] = vector_pairs(ngram_vectors(keys, config.ngram_dim), config.neighbours_k, config.min_ngram_cosine, config.ann_engine)
+    if embeddings is not None:
+        out["embedding"] = vector_pairs(embeddings, config.neighbours_k, config.min_embedding_cosine, config.ann_engine)
+    return out

@@ -1,0 +1,111 @@
+"""Resolve: rows as integer codes. Names, chunks, documents and types become codes in the
+order first seen (Arrow dictionary encoding), so that the group-bys are numpy sorts and Python
+objects exist per distinct value, not per row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.util import memory
+from graphwright.util.numeric import to_numpy
+
+Scan = Callable[[list[str]], Iterable[pa.RecordBatch]]
+
+
+BATCH_ROWS = 65_536
+
+
+def as_scan(rows: pa.Table | Scan) -> Scan:
+    if isinstance(rows, pa.Table):
+        return lambda columns: rows.select(columns).to_batches(max_chunksize=BATCH_ROWS)
+    return rows
+
+
+class Dictionary:
+    """Distinct strings met across batches, coded in the order they were first seen; with `key`,
+    each one's key is computed once."""
+
+    def __init__(self, key: Callable[[str], str] | None = None):
+        self.key = key
+        self.values: list[str] = []
+        self._keys: list[str] = []
+        self.code: dict[str, int] = {}
+
+    @property
+    def keys(self) -> np.ndarray:
+        return np.array(self._keys, dtype=object)
+
+    def codes(self, column: pa.Array) -> np.ndarray:
+        """The code of every row (Arrow dictionary encoding: Python sees each batch's distinct values)."""
+        encoded = column.dictionary_encode()
+        local = []
+        for value in encoded.dictionary.to_pylist():
+            code = self.code.get(value)
+            if code is None:
+                code = self.code[value] = len(self.values)
+                self.values.append(value)
+                if self.key is not None:
+                    self._keys.append(self.key(value))
+            local.append(code)
+        return np.asarray(local, dtype=np.int64)[to_numpy(encoded.indices, np.int64)] if len(column) else np.empty(0, np.int64)
+
+    def sort(self) -> tuple[pa.Array, np.ndarray]:
+        """(the values in sorted order, the sorted position of each code): recoded, codes sort as the values do."""
+        order = np.argsort(np.array(self.values, dtype=object), kind="stable") if self.values else np.empty(0, np.int64)
+        position = np.empty(len(order), dtype=np.int32)
+        position[order] = np.arange(len(order), dtype=np.int32)
+        return pa.array([self.values[i] for i in order.tolist()], pa.string()), position
+
+
+def read_codes(scan: Scan, coded: dict[str, Dictionary], number: str) -> dict[str, np.ndarray]:
+    """One pass over a table: per row, the code of each `coded` column (int32), the `number`
+    column, and the hash and length of its description. About 36 bytes a row."""
+    dtypes = {**dict.fromkeys(coded, np.int32), number: np.float64 if number == "weight" else np.int32,
+              "description": np.int64, "length": np.int32}
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in dtypes}
+    for batch in scan([*coded, number, "description"]):
+        for column, dictionary in coded.items():
+            parts[column].append(dictionary.codes(batch.column(column)).astype(np.int32))
+        # a copy: a zero-copy view would keep the whole imported batch alive, descriptions included
+        parts[number].append(np.array(to_numpy(batch.column(number), dtypes[number]), copy=True))
+        hashes, lengths = description_hashes(batch.column("description"))
+        parts["description"].append(hashes)
+        parts["length"].append(lengths.astype(np.int32))
+    out = {}
+    for column, dtype in dtypes.items():  # one column at a time, handing each one's pieces back
+        out[column] = np.concatenate(parts.pop(column)) if parts[column] else np.empty(0, dtype)
+        memory.release()
+    return out
+
+
+def corpus_rank(chunk_names: list[str], positions: dict) -> np.ndarray:
+    """Each chunk's rank in corpus order: by `positions`, else by id."""
+    order = sorted(range(len(chunk_names)),
+                   key=lambda i: (0, positions[chunk_names[i]]) if chunk_names[i] in positions else (1, chunk_names[i]))
+    rank = np.empty(len(chunk_names), dtype=np.int64)
+    rank[order] = np.arange(len(chunk_names))
+    return rank
+
+
+def group_sums(group: np.ndarray, code: np.ndarray, weights: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group, code, summed weight) per distinct (group, code) pair, sorted by group then code."""
+    pairs, inverse = np.unique(group * width + code, return_inverse=True)
+    return pairs // width, pairs % width, np.bincount(inverse.reshape(-1), weights=weights, minlength=len(pairs))
+
+
+def description_hashes(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(64-bit hash, length in characters) per row; length 0 for a missing or empty description.
+    Two distinct descriptions of one entity sharing a hash would merge (p ~ n^2 / 2^64)."""
+    encoded = column.dictionary_encode()
+    if not len(encoded.dictionary):
+        return np.zeros(len(column), np.int64), np.zeros(len(column), np.int64)
+    hashes = np.array([hash(t) for t in encoded.dictionary.to_pylist()], dtype=np.int64)
+    lengths = to_numpy(pc.utf8_length(encoded.dictionary), np.int64)
+    index = to_numpy(pc.fill_null(encoded.indices, -1), np.int64)
+    present = index >= 0
+    index[~present] = 0
+    return np.where(present, hashes[index], 0), np.where(present, lengths[index], 0)

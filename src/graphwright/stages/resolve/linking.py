@@ -1,0 +1,55 @@
+"""Resolve: link name keys that name one entity. Candidate pairs (candidates), scored on name,
+context and type (scoring), borderline pairs optionally decided by an LLM (adjudicate), and
+accepted pairs clustered without chaining (clusters)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from graphwright.config import ResolveConfig
+from graphwright.stages.resolve.candidates import candidate_pairs
+from graphwright.stages.resolve.clusters import coherent_clusters
+from graphwright.stages.resolve.scoring import KeyProfile, PairEvidence, PairScorer
+
+Adjudicator = Callable[[list[tuple[PairEvidence, KeyProfile, KeyProfile]]], dict[tuple[str, str], bool]]
+
+
+def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
+              embed: Callable[[list[str]], np.ndarray] | None = None,
+              adjudicate: Adjudicator | None = None) -> tuple[dict[str, str], dict, dict]:
+    """({key: cluster label}, {(a, b): (evidence, how)} for accepted pairs, stats)."""
+    keys = sorted(profiles)
+    vectors = embed([profiles[k].text for k in keys]) if embed is not None and keys else None
+    scorer = PairScorer(profiles, dict(zip(keys, vectors)) if vectors is not None else None)
+    generated = candidate_pairs(keys, config, vectors)
+    pairs = sorted(set().union(*generated.values()))
+    accepted, borderline, contained_pairs = {}, [], []
+    for i, j in pairs:
+        e = scorer(keys[i], keys[j])
+        if e.contained and e.score >= config.borderline_threshold:
+            contained_pairs.append(e)
+        if e.score >= config.accept_threshold:
+            accepted[(e.a, e.b)] = (e, "linked")
+        elif e.score >= config.borderline_threshold:
+            borderline.append(e)
+    llm_yes = 0
+    if adjudicate is not None and borderline:
+        verdicts = adjudicate([(e, profiles[e.a], profiles[e.b]) for e in borderline])
+        for e in borderline:
+            if verdicts.get((e.a, e.b)):
+                accepted[(e.a, e.b)] = (e, "llm")
+                llm_yes += 1
+    label, cstats = coherent_clusters(keys, {p: e for p, (e, _) in accepted.items()}, scorer,
+                                      config.min_link, config.max_cluster_keys, contained_pairs)
+    stats = {"keys": len(keys), **{f"candidates_{g}": len(p) for g, p in generated.items()},
+             "pairs_scored": len(pairs), "accepted": len(accepted) - llm_yes, "borderline": len(borderline),
+             "llm_accepted": llm_yes, **cstats, "keys_merged": sum(1 for k in keys if label[k] != k)}
+    return label, accepted, stats
+
+
+def canonical_key(keys: list[str], mentioned: dict[str, int]) -> str:
+    """The cluster's most mentioned key (then the longer, then the first): adding a rare variant
+    does not change an entity's id."""
+    return min(keys, key=lambda k: (-mentioned[k], -len(k), k))

@@ -1,0 +1,76 @@
+"""Published versions: one `index_manifest` row pins the Delta version of every data table and the vector
+index files. Readers open a manifest version and read each table at its pinned version, so a
+published version never changes under them; rollback (ops.versions) republishes an older manifest's pins."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from graphwright.config import PipelineConfig
+from graphwright.storage.delta import IndexStore
+
+DATA_TABLES = (
+    "documents", "chunks", "extractions", "mentions", "assertions", "entities", "entity_aliases",
+    "relationships", "communities", "community_reports", "embeddings",
+)
+
+
+class NoPublishedVersion(LookupError):
+    pass
+
+
+def manifests(store: IndexStore) -> list[dict]:
+    rows = store.read("index_manifest").to_pylist()
+    for row in rows:
+        for key in ("table_versions", "vector_indexes", "counts"):
+            row[key] = json.loads(row[key])
+    return sorted(rows, key=lambda r: r["version"])
+
+
+def load_manifest(store: IndexStore, version: int | None = None) -> dict:
+    rows = manifests(store)
+    if not rows:
+        raise NoPublishedVersion(f"{store.root}: no published index version (run `graphwright index` first)")
+    if version is None:
+        return rows[-1]
+    for row in rows:
+        if row["version"] == version:
+            return row
+    raise NoPublishedVersion(f"{store.root}: no version {version}; published: {[r['version'] for r in rows]}")
+
+
+def version_rows(store: IndexStore) -> list[dict]:
+    """Published versions, each with the command whose run published it (what `graphwright
+    versions --json` prints and the HTTP API returns)."""
+    runs = store.read("runs", columns=["run_id", "command"])
+    commands = dict(zip(runs.column("run_id").to_pylist(), runs.column("command").to_pylist()))
+    return [
+        {"version": m["version"], "published_at": str(m["published_at"]), "run_id": m["run_id"],
+         "command": commands.get(m["run_id"], "rollback"), "counts": m["counts"]}
+        for m in manifests(store)
+    ]
+
+
+class PublishedIndex:
+    """Read access to one published version."""
+
+    def __init__(self, store: IndexStore, version: int | None = None):
+        self.store = store
+        self.manifest = load_manifest(store, version)
+        self.version = self.manifest["version"]
+
+    @property
+    def config(self) -> PipelineConfig:
+        return PipelineConfig.model_validate_json(self.manifest["config"])
+
+    def read(self, name: str, **kwargs) -> pa.Table:
+        return self.store.read(name, version=self.manifest["table_versions"][name], **kwargs)
+
+    def vector_index(self, kind: str):
+        from graphwright.engines.vectors import load_from
+
+        return load_from(self.store.files, self.manifest["vector_indexes"][kind])
+
+

@@ -1,0 +1,1 @@
+"""Text shared by stages and queries: tokens, sentences, entity names."""

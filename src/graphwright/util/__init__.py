@@ -1,0 +1,1 @@
+"""Small helpers with no domain knowledge: numeric kernels, memory release, a loopback HTTP server."""
