@@ -141,7 +141,7 @@ class EmbedConfig(_Section):
     dim: int = Field(384, ge=8)  # used by the hashing engine only
     # also embed relationships ("source - target: description") for the relation-level query modes
     # (high, hybrid, mix). Off by default: on hotpotqa-dev it embeds 14,254 more texts beside
-    # 5,006, and those modes did not beat naive there (README, Querying).
+    # 5,006, and those modes did not beat naive there (docs/benchmarks.md, Retrieval).
     relationships: bool = False
     # openai engine: any OpenAI-compatible /v1/embeddings endpoint, batched, concurrent, retried
     base_url: str = "http://127.0.0.1:8000/v1"

@@ -17,7 +17,7 @@ err = Console(stderr=True)
 
 IndexOpt = Annotated[str, typer.Option("--index", "-i", help="Index directory, or an object-store URI (s3://bucket/prefix, gs://..., abfss://...).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-MODE_HELP = " | ".join(MODES) + " (see README, Querying)"
+MODE_HELP = " | ".join(MODES) + " (see docs/reference.md, Query modes)"
 
 
 def fail(message: str, code: int = 1) -> None:

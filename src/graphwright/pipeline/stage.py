@@ -41,3 +41,4 @@ class Stage:
     gpus: Callable[[PipelineConfig], float] = _none  # GPUs held while it works (priced per GPU-second)
     enabled: Callable[[PipelineConfig], bool] = _always
     summary: str = ""  # one line for `plan` and the docs
+    engines: tuple[str, ...] = ()  # the engine families it runs on (graphwright.engines.*), for the docs

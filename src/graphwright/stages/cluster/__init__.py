@@ -48,4 +48,5 @@ STAGE = Stage(
     where=lambda cfg: Where(f"{cfg.cluster.engine} hierarchical Leiden, max cluster {cfg.cluster.max_cluster_size}"),
     gpus=lambda cfg: 1 if cfg.cluster.engine == "cugraph" else 0,
     summary="hierarchical Leiden, warm-started; community ids from level and members",
+    engines=("graph: igraph | leidenalg | cugraph",),
 )

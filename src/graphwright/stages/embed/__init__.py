@@ -115,4 +115,5 @@ STAGE = Stage(
     "embed", reads=("entities", "chunks", "community_reports", "relationships", "embeddings"), writes=("embeddings", "vectors/"),
     execute=execute, where=where, gpus=gpus,
     summary="embed what changed; update or build each kind's vector index",
+    engines=("embed: sentence-transformers | hashing | openai | vllm", "vectors: faiss | cuvs"),
 )

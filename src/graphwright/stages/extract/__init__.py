@@ -157,4 +157,5 @@ STAGE = Stage(
     "extract", reads=("chunks", "extractions", "llm_cache"), writes=("mentions", "assertions", "extractions", "llm_cache", "llm_calls"),
     execute=execute, where=where, gpus=gpus,
     summary="entities and relations per chunk (nlp rules, or an LLM through the cache)",
+    engines=("llm: openai | vllm | llamacpp, through the cache", "or the nlp rules (no model)"),
 )

@@ -77,4 +77,5 @@ STAGE = Stage(
     "report", reads=("communities", "entities", "relationships", "chunks", "community_reports"), writes=("community_reports",),
     execute=execute, where=lambda cfg: Where(cfg.report.mode),
     summary="community reports, leaves first (extractive, LLM, or lazily at query time)",
+    engines=("llm (report.mode llm | lazy)",),
 )

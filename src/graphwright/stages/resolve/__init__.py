@@ -89,4 +89,5 @@ STAGE = Stage(
     "resolve", reads=("mentions", "assertions", "chunks", "documents"), writes=("entities", "entity_aliases", "relationships"),
     execute=execute, where=where,
     summary="merge name variants into entities; assertions into relationships, with lineage",
+    engines=("vectors.neighbours: faiss | cuvs", "llm (optional: adjudication, summaries)"),
 )
