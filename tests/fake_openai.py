@@ -1,6 +1,6 @@
-"""A small OpenAI-compatible server on loopback for tests: /v1/chat/completions answers an
-extraction prompt with the deterministic nlp extractor's findings as JSON (a community report prompt
-with a report citing every row it was given), and can be told to
+"""A small OpenAI-compatible server on loopback for tests: /v1/chat/completions answers
+graphwright's prompts as graphwright.engines.llm.standin does (an extraction with the nlp rules'
+findings, a community report citing every row it was given), and can be told to
 misbehave (drop the connection, answer 503 or 400, return malformed JSON) for chunks that contain
 a given marker. It also answers global search's map and reduce prompts, keyword extraction and
 community report prompts. It counts requests and records request bodies.
@@ -17,35 +17,10 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler
 
-from graphwright.config import EmbedConfig, ExtractConfig
+from graphwright.config import EmbedConfig
 from graphwright.engines.embed.hashing_engine import HashingEmbedder
-from graphwright.stages.extract.nlp import extract_chunk
+from graphwright.engines.llm import standin
 from graphwright.util.loopback import LoopbackServer
-
-
-def _tables(prompt: str) -> dict[str, list[list[str]]]:
-    """The data tables of a report prompt: {name: [row fields]}."""
-    tables, name = {}, None
-    for line in prompt.splitlines():
-        if line.startswith("-----") and line.endswith("-----"):
-            name = line.strip("-")
-            tables[name] = []
-        elif name and line[:1].isdigit():
-            tables[name].append(line.split("|"))
-    return tables
-
-
-def _report(prompt: str) -> dict:
-    """A GraphRAG-shaped report naming the prompt's first row, with one finding per row, each
-    citing that row."""
-    t = _tables(prompt)
-    first = (t.get("Entities") or t.get("Reports") or [["0", "nothing"]])[0][1]
-    findings = [{"summary": row[1], "explanation": f"{row[-1]} [Data: {name} ({row[0]})]"}
-                for name in ("Entities", "Relationships", "Reports", "Sources") for row in t.get(name, [])]
-    return {"title": f"Report on {first}",
-            "summary": f"{len(t.get('Entities', []))} entities, {len(t.get('Relationships', []))} relationships, "
-                       f"{len(t.get('Reports', []))} sub-community reports, {len(t.get('Sources', []))} sources.",
-            "rating": 5, "rating_explanation": "fixed by the fake server", "findings": findings}
 
 
 class FakeOpenAI(LoopbackServer):
@@ -76,30 +51,7 @@ class FakeOpenAI(LoopbackServer):
         reference = _reference_answer(body["messages"])
         if reference is not None:
             return reference
-        user = [m["content"] for m in body["messages"] if m["role"] == "user"]
-        system = body["messages"][0]["content"]
-        if "Evidence:" in system:  # an answer request: cite the first evidence
-            return f"The evidence says so [1]. (question: {user[-1]})"
-        if system.startswith("You write a report about one community"):
-            return json.dumps(_report(user[0]))
-        if "\nReports:\n" in system:  # a global map request: one point per report
-            return json.dumps({"points": [
-                {"description": f"Report {n} is about {title.strip()}", "reports": [int(n)],
-                 "score": 0 if any(m in title for m in self.zero_score_markers) else 50 + int(n)}
-                for n, title in re.findall(r"\[Report (\d+)\] # ([^\n]*)", system)]})
-        if "\nPoints:\n" in system:  # a global reduce request: cite every report the points cite
-            cited = sorted({int(n) for group in re.findall(r"\[([\d, ]+)\]$", system, re.MULTILINE) for n in group.split(",")})
-            return f"{len(system.splitlines()) - system.splitlines().index('Points:') - 1} points " + "".join(f"[{n}]" for n in cited)
-        if "high_level_keywords" in system:  # keyword extraction: capitalized words are low-level keys
-            return json.dumps({"high_level_keywords": ["travel"], "low_level_keywords": re.findall(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)*", user[-1])})
-        if len(user) > 1:  # a gleaning round: nothing more to add
-            return json.dumps({"entities": [], "relationships": []})
-        mentions, assertions = extract_chunk(user[0], ExtractConfig())
-        return json.dumps({
-            "entities": [{"name": m["name"], "type": m["type"] if m["type"] != "ENTITY" else "CONCEPT", "description": m["description"]} for m in mentions],
-            "relationships": [{"source": a["source"], "target": a["target"], "description": a["description"] or "co-occur",
-                               "strength": min(10, a["weight"] * 2)} for a in assertions],
-        })
+        return standin.answer(body["messages"], tuple(self.zero_score_markers))
 
     def _handler(self):
         fake = self
@@ -150,15 +102,9 @@ class FakeOpenAI(LoopbackServer):
                 if fault == "badbody":
                     return self._send(200, b"<html>not json</html>", "text/html")
                 content = '{"entities": [{"name": ' if fault == "malformed" else fake._answer(body)
-                prompt = sum(len(m["content"]) for m in body["messages"]) // 4
                 if body.get("stream"):  # server-sent events, as OpenAI streams (GraphRAG's search streams)
                     return self._stream(body["model"], content)
-                payload = {
-                    "id": "fake", "object": "chat.completion", "model": body["model"],
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": prompt, "completion_tokens": len(content) // 4, "total_tokens": prompt + len(content) // 4},
-                }
-                self._send(200, json.dumps(payload).encode())
+                self._send(200, json.dumps(standin.completion(body, content)).encode())
 
         return Handler
 

@@ -111,7 +111,8 @@ def test_plan_prints_the_resolved_stages(tmp_path):
     plan = json.loads(result.stdout)
     stages = {s["stage"]: s for s in plan["stages"]}
     assert list(stages) == ["ingest", "chunk", "extract", "resolve", "cluster", "report", "embed", "publish"]
-    assert "4 replicas x 1 GPU" in stages["extract"]["resources"]
+    assert "4 vLLM replicas x 1 GPU, started once per run" in stages["extract"]["resources"]
+    assert "Ray Serve LLM application" in stages["extract"]["runs_on"]
     assert plan["executor"].startswith("ray: the Ray cluster at auto")
     bad = tmp_path / "bad.yaml"
     bad.write_text("extract:\n  engin: nlp\n")

@@ -3,7 +3,7 @@ import pytest
 from _helpers import CORPUS, make_extraction_fail
 
 from graphwright.config import ExtractConfig
-from graphwright.stages.extract.extractors import extractor_key, extractor_stage
+from graphwright.stages.extract.extractors import extractor_key
 from graphwright.stages.extract.nlp import (
     RULES_VERSION,
     NlpExtractor,
@@ -121,9 +121,7 @@ def test_nlp_extractor_batch_function():
         "doc_id": ["d1", "d1", "d2"],
         "text": ["Mara Voss met Tobias Reed.", "nothing to see here", (CORPUS / "council.txt").read_text()],
     })
-    fn_class, args, on_driver = extractor_stage(CFG, None, "unused")
-    assert fn_class is NlpExtractor and not on_driver
-    extractor = fn_class(*args)
+    extractor = NlpExtractor(CFG)
     out = extractor(chunks)
     assert out.schema.equals(EXTRACTION_BATCH_SCHEMA)
     rows = out.to_pylist()
@@ -147,8 +145,6 @@ def test_unknown_engine_is_rejected():
     cfg = ExtractConfig.model_construct(engine="telepathy")
     with pytest.raises(ValueError, match="unknown extraction engine"):
         extractor_key(cfg)
-    with pytest.raises(ValueError, match="unknown extraction engine"):
-        extractor_stage(cfg, None, "unused")
 
 
 def test_llm_engine_needs_a_model():

@@ -153,10 +153,9 @@ def test_borderline_pairs_go_to_the_adjudicator():
     assert {r["alias"]: r["method"] for r in with_llm[1].to_pylist()}["Ebenezer Scrooge"] == "llm"
 
 
-def test_adjudicate_asks_through_the_cache(tmp_path, monkeypatch):
+def test_adjudicate_asks_through_the_cache(tmp_path):
     from graphwright.config import LLMConfig
     from graphwright.engines.llm.interface import LLMResponse
-    from graphwright.stages.resolve import adjudicate as resolve_adjudicate
     from graphwright.stages.resolve.scoring import KeyProfile, PairScorer
     from graphwright.storage.delta import IndexStore
 
@@ -165,12 +164,11 @@ def test_adjudicate_asks_through_the_cache(tmp_path, monkeypatch):
             return [LLMResponse(text='{"same": true}' if "Ebenezer" in r.messages[1][1] else '{"same": false}',
                                 prompt_tokens=40, completion_tokens=4) for r in requests]
 
-    monkeypatch.setattr(resolve_adjudicate, "make_llm", lambda config: Engine())
     profiles = {k: KeyProfile(k, 1, {"PERSON": 1}, {"c1"}, set(), f"{k.title()}: a person") for k in ("scrooge", "ebenezer scrooge", "marley")}
     scorer = PairScorer(profiles)
     pairs = [(scorer("scrooge", "ebenezer scrooge"), profiles["ebenezer scrooge"], profiles["scrooge"]),
              (scorer("scrooge", "marley"), profiles["marley"], profiles["scrooge"])]
-    verdicts, calls = adjudicate(IndexStore(tmp_path / "idx"), pairs, LLMConfig(model="fake"))
+    verdicts, calls = adjudicate(IndexStore(tmp_path / "idx"), pairs, LLMConfig(model="fake"), Engine)
     assert verdicts == {("ebenezer scrooge", "scrooge"): True, ("marley", "scrooge"): False}
     assert [c["cache_hit"] for c in calls] == [False, False] and calls[0]["prompt_tokens"] == 40
     assert parse_verdict("not json") is False

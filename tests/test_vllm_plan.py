@@ -1,5 +1,6 @@
-"""The vllm engine's plan, checked on the CPU: the Ray Data LLM processor it builds (stages,
-GPUs per replica, replicas, batch size, prefix caching, structured output) without starting vLLM."""
+"""The vllm engine's plan, checked on the CPU without vLLM: the Ray Serve LLM application it
+asks for (replicas, GPUs per replica, prefix caching, context length), the client every stage
+uses to reach it, and the embedding engine's Ray Data LLM processor."""
 
 from __future__ import annotations
 
@@ -7,17 +8,16 @@ import json
 
 import pytest
 
-pytest.importorskip("ray.data.llm")
-
-from graphwright.config import LLMConfig  # noqa: E402
-from graphwright.engines.llm.vllm_engine import VLLMEngine, request_row  # noqa: E402
-from graphwright.stages.extract.llm import extraction_request  # noqa: E402
-from graphwright.stages.extract.prompts import EXTRACTION_SCHEMA  # noqa: E402
+from graphwright.config import LLMConfig
+from graphwright.engines.llm.openai_engine import OpenAIEngine
+from graphwright.engines.llm.vllm_engine import VLLMService, serve_llm_config
+from graphwright.stages.extract.prompts import EXTRACTION_SCHEMA
+from graphwright.stages.extract.requests import extraction_request
 
 
 @pytest.fixture
 def local_model(tmp_path):
-    """A model directory with just a config, so that building the plan reads no hub."""
+    """A model directory with just a config, so that building a plan reads no hub."""
     model = tmp_path / "tiny-qwen"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({
@@ -28,31 +28,37 @@ def local_model(tmp_path):
     return str(model)
 
 
-def test_vllm_plan(local_model):
-    config = LLMConfig(engine="vllm", model=local_model, replicas=3, tensor_parallel_size=1, batch_size=24, max_model_len=4096)
-    processor = VLLMEngine(config).processor
-    assert processor.list_stage_names() == ["ChatTemplateStage", "TokenizeStage", "vLLMEngineStage", "DetokenizeStage"]
-    stage = processor.get_stage_by_name("vLLMEngineStage")
-    kwargs = stage.map_batches_kwargs
-    assert kwargs["num_gpus"] == 1
-    assert (kwargs["compute"].min_size, kwargs["compute"].max_size) == (3, 3)  # fixed replicas
-    engine = stage.fn_constructor_kwargs
-    assert engine["batch_size"] == 24 and engine["should_continue_on_error"] is True
-    assert engine["engine_kwargs"]["tensor_parallel_size"] == 1
-    assert engine["engine_kwargs"]["enable_prefix_caching"] is True
-    assert engine["engine_kwargs"]["max_model_len"] == 4096
+def test_the_serve_llm_application_holds_the_configured_replicas():
+    config = LLMConfig(engine="vllm", model="/models/qwen", replicas=3, tensor_parallel_size=2, max_model_len=4096,
+                       batch_size=24, concurrency=32)
+    plan = serve_llm_config(config)
+    assert plan["model_loading_config"] == {"model_id": "/models/qwen", "model_source": "/models/qwen"}
+    assert plan["deployment_config"]["num_replicas"] == 3
+    assert plan["engine_kwargs"] == {"tensor_parallel_size": 2, "enable_prefix_caching": True, "max_model_len": 4096}
+    assert plan["deployment_config"]["max_ongoing_requests"] >= 32  # room for every actor's requests in flight
 
 
-def test_vllm_request_rows_carry_the_schema_and_the_fixed_prompt_first():
-    request = extraction_request("SYSTEM PROMPT", (("user", "the chunk"),), LLMConfig(engine="vllm", model="m", max_tokens=700))
-    row = request_row(7, request)
-    assert row["request_index"] == 7
-    assert row["sampling_params"] == {"temperature": 0.0, "max_tokens": 700, "structured_outputs": {"json": EXTRACTION_SCHEMA}}
-    assert [m["role"] for m in row["messages"]] == ["system", "user"]
-    assert row["messages"][0]["content"] == "SYSTEM PROMPT" and row["messages"][-1]["content"] == "the chunk"
+def test_every_stage_reaches_the_application_with_the_openai_client():
+    config = LLMConfig(engine="vllm", model="m", serve_port=8123, concurrency=16, max_tokens=700)
+    client = VLLMService(config, None, "graphwright-run-1").client_config()
+    assert client.engine == "openai" and client.base_url == "http://127.0.0.1:8123/graphwright-run-1/v1"
+    assert client.response_format == "json_schema" and client.concurrency == 16 and client.api_key_env is None
+    body = OpenAIEngine(client)._body(extraction_request("SYSTEM PROMPT", (("user", "the chunk"),), client))
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": EXTRACTION_SCHEMA, "strict": True}}
+    assert body["max_tokens"] == 700 and body["model"] == "m"
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]  # the fixed prompt first: vLLM's prefix cache serves it
+    assert body["messages"][-1]["content"] == "the chunk"
+
+
+def test_a_vllm_engine_outside_a_session_is_refused():
+    from graphwright.engines.llm import make_llm
+
+    with pytest.raises(ValueError, match="LLM session"):
+        make_llm(LLMConfig(engine="vllm", model="m"))
 
 
 def test_vllm_embedding_plan(local_model):
+    pytest.importorskip("ray.data.llm")
     from graphwright.config import EmbedConfig
     from graphwright.engines.embed import model_name
     from graphwright.engines.embed.vllm_engine import VLLMEmbedder

@@ -52,6 +52,10 @@ class LLMConfig(_Section):
     tensor_parallel_size: int = Field(1, ge=1)
     batch_size: int = Field(32, ge=1)
     max_model_len: int | None = Field(None, ge=128)
+    # vllm engine: the Ray Serve application's port on every node, and its builder (module:function
+    # taking this section; None: Ray Serve LLM's OpenAI app over vLLM)
+    serve_port: int = Field(8000, ge=1, le=65535)
+    serve_app: str | None = None
     n_ctx: int = Field(4096, ge=512)  # llamacpp context window
 
     def require(self, what: str) -> LLMConfig:

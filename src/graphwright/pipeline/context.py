@@ -51,6 +51,27 @@ class Run:
     metrics: list[dict] = field(default_factory=list)
     llm_totals: dict = field(default_factory=lambda: dict(calls=0, cache_hits=0, failed=0, prompt_tokens=0, completion_tokens=0,
                                                           full_rebuild_tokens=0))
+    _llm: object = None  # the run's LLM session, made on first use
+    _local: LocalExecutor = field(default_factory=LocalExecutor)  # for stages that run on the driver
+    _calls: object = None
+
+    @property
+    def llm(self):
+        """The run's LLM session: one engine for every stage, started when a stage first needs it."""
+        if self._llm is None:
+            from graphwright.engines.llm.session import LLMSession
+
+            self._llm = LLMSession(self.config.llm, self.config.execution, name=f"graphwright-{self.run_id}", log=self.log)
+        return self._llm
+
+    @property
+    def calls(self):
+        """Where the run's LLM calls are written (engines.llm.cache.CallLog)."""
+        if self._calls is None:
+            from graphwright.engines.llm.cache import CallLog
+
+            self._calls = CallLog(self.store, self.config.llm, self.run_id)
+        return self._calls
 
     @contextmanager
     def stage(self, name: str, gpus: float = 0.0):
@@ -61,7 +82,7 @@ class Run:
         details: dict = {"rows_in": 0, "rows_out": 0}
         wall, cpu = time.perf_counter(), cpu_seconds()
         self.store.journal = {}
-        llm_before, worker_before = dict(self.llm_totals), self.worker_cpu_s()
+        llm_before, worker_before, starts_before = dict(self.llm_totals), self.worker_cpu_s(), self._worker_starts()
         try:
             yield details
         except BaseException as exc:  # what a failed stage used (LLM calls included) still counts
@@ -69,6 +90,8 @@ class Run:
             raise
         finally:
             memory.release()
+            if self._worker_starts() > starts_before:  # how many times the stage's batch function was built
+                details["workers_started"] = self._worker_starts() - starts_before
             self._record_stage(name, details, wall, cpu, llm_before, worker_before, gpus)
 
     def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float,
@@ -106,12 +129,15 @@ class Run:
     def worker_cpu_s(self) -> float:
         return getattr(self.executor, "worker_cpu_s", 0.0)
 
+    def _worker_starts(self) -> int:
+        return getattr(self.executor, "worker_starts", 0) + self._local.worker_starts
+
     def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
         """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
         if not table.num_rows:
             return
         if stage.on_driver:
-            executor = LocalExecutor()
+            executor = self._local
         else:
             if self.executor is None:  # started on first use: a no-op run never starts Ray
                 self.executor = make_executor(self.config.execution)
@@ -127,16 +153,33 @@ class Run:
             self.executor.close()
             self.executor = None
 
-    def record_llm_calls(self, stage: str, calls: pa.Table) -> None:
-        """Record a stage's calls (engines.llm.cache.record_calls) and add them to the run's totals."""
-        from graphwright.engines.llm.cache import record_calls
-
-        if "chunk_id" in calls.column_names:  # extraction and summaries name the item by its chunk/row id
-            calls = calls.rename_columns(["item_id" if c == "chunk_id" else c for c in calls.column_names])
-        for r in record_calls(self.store, self.config.llm, self.run_id, stage, calls.to_pylist()):
+    def record_llm_calls(self, stage: str, calls: pa.Table | list[dict]) -> None:
+        """Record a stage's calls (engines.llm.cache.CallLog) and add them to the run's totals."""
+        if isinstance(calls, pa.Table):
+            if "chunk_id" in calls.column_names:  # extraction and summaries name the item by its chunk/row id
+                calls = calls.rename_columns(["item_id" if c == "chunk_id" else c for c in calls.column_names])
+            calls = calls.to_pylist()
+        for r in self.calls.record(stage, calls):
             self.llm_totals["calls"] += 1
             self.llm_totals["cache_hits"] += r["cache_hit"]
             self.llm_totals["failed"] += r["status"] == "failed"
             if not r["cache_hit"]:
                 self.llm_totals["prompt_tokens"] += r["prompt_tokens"]
                 self.llm_totals["completion_tokens"] += r["completion_tokens"]
+
+    def close_llm(self) -> None:
+        """Close the run's LLM session; its GPUs, held from the start of the engine (start-up
+        included) to now, become one stage_metrics row, `llm-engine`."""
+        if self._llm is None or not self._llm.started:
+            return
+        self._llm.close()
+        usage = self._llm.usage()
+        row = {
+            "run_id": self.run_id, "stage": "llm-engine", "wall_s": usage["held_s"], "cpu_s": 0.0, "rows_in": 0, "rows_out": 0,
+            "worker_cpu_s": 0.0, "gpu_s": usage["held_s"] * usage["gpus"], "llm_calls": 0, "cache_hits": 0,
+            "prompt_tokens": 0, "completion_tokens": 0, "bytes_written": 0, "work_unit": None, "work_done": None, "work_total": None,
+        }
+        row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)
+        row["details"] = json.dumps({k: usage[k] for k in ("engine", "startup_s", "replicas", "gpus")}, sort_keys=True)
+        self.metrics.append(row)
+        self.log(f"[bold]llm-engine[/] held {usage['held_s']:.1f}s (start-up {usage['startup_s']:.1f}s, {usage['gpus']:g} GPUs)")

@@ -23,7 +23,7 @@ INDEX: tuple[Stage, ...] = (ingest.STAGE, *DERIVE)  # graphwright index: the sou
 DELETE: tuple[Stage, ...] = (delete.STAGE, *DERIVE)  # graphwright delete: the named documents go first
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in INDEX)
-ORDER: tuple[str, ...] = ("delete", *STAGE_NAMES)  # how cost reports and plots order stages
+ORDER: tuple[str, ...] = ("delete", *STAGE_NAMES, "llm-engine")  # how cost reports and plots order rows
 
 
 def by_name(name: str) -> Stage:

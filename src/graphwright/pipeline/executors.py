@@ -32,17 +32,20 @@ class BatchStage:
 
 
 WORKER_CPU_COLUMN = "__worker_cpu_s"
+WORKER_START_COLUMN = "__worker_started"
 
 
 class _Metered:
     """A batch function wrapped so that each result batch carries the CPU seconds the worker
-    spent on it (building the function included, on the first batch): Ray workers are other
-    processes, so the driver cannot see their CPU time."""
+    spent on it (building the function included, on the first batch), and the first batch of a
+    worker says that it started one: Ray workers are other processes, so the driver cannot see
+    their CPU time or how many times a stage's function was built."""
 
     def __init__(self, fn_class: type, *args):
         start = time.process_time()
         self.fn = fn_class(*args)
         self.unreported = time.process_time() - start
+        self.started = 1
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         start = time.process_time()
@@ -51,17 +54,22 @@ class _Metered:
         self.unreported = 0.0
         if not out.num_rows:
             self.unreported = used
-            return out.append_column(WORKER_CPU_COLUMN, pa.array([], pa.float64()))
-        return out.append_column(WORKER_CPU_COLUMN, pa.array([used] + [0.0] * (out.num_rows - 1), pa.float64()))
+            return (out.append_column(WORKER_CPU_COLUMN, pa.array([], pa.float64()))
+                    .append_column(WORKER_START_COLUMN, pa.array([], pa.int32())))
+        started, self.started = self.started, 0
+        return (out.append_column(WORKER_CPU_COLUMN, pa.array([used] + [0.0] * (out.num_rows - 1), pa.float64()))
+                .append_column(WORKER_START_COLUMN, pa.array([started] + [0] * (out.num_rows - 1), pa.int32())))
 
 
 class LocalExecutor:
     name = "local"
+    worker_starts = 0  # batch functions built so far (one per map_batches call)
 
     def map_batches(self, table: pa.Table, stage: BatchStage) -> Iterator[pa.Table]:
         if not table.num_rows:
             return
         fn = stage.fn_class(*stage.args)
+        self.worker_starts += 1
         for offset in range(0, table.num_rows, stage.batch_size):
             yield fn(table.slice(offset, stage.batch_size))
 
@@ -72,25 +80,33 @@ class LocalExecutor:
         pass
 
 
+def ensure_ray(config: ExecutionConfig) -> bool:
+    """Connect to the configured Ray cluster, or start a local one, unless this process is
+    connected already. Returns whether it started the connection (and so should shut it down)."""
+    import ray
+
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    warnings.filterwarnings("ignore", module=r"ray\.data\..*")
+    if ray.is_initialized():
+        return False
+    ray.init(
+        address=config.address,
+        num_cpus=config.num_cpus if config.address is None else None,
+        include_dashboard=False,
+        logging_level=logging.ERROR,
+        log_to_driver=True,
+        configure_logging=True,
+    )
+    return True
+
+
 class RayExecutor:
     name = "ray"
     worker_cpu_s = 0.0  # CPU seconds of all batches run in workers so far
+    worker_starts = 0  # the stages' batch functions built in workers so far (once per actor per stage)
 
     def __init__(self, config: ExecutionConfig):
-        import ray
-
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-        warnings.filterwarnings("ignore", module=r"ray\.data\..*")
-        self._owns_ray = not ray.is_initialized()
-        if self._owns_ray:
-            ray.init(
-                address=config.address,
-                num_cpus=config.num_cpus if config.address is None else None,
-                include_dashboard=False,
-                logging_level=logging.ERROR,
-                log_to_driver=True,
-                configure_logging=True,
-            )
+        self._owns_ray = ensure_ray(config)
         from ray.data import DataContext
 
         ctx = DataContext.get_current()
@@ -116,9 +132,9 @@ class RayExecutor:
             num_gpus=stage.num_gpus or None,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            column = batch.schema.get_field_index(WORKER_CPU_COLUMN)
-            self.worker_cpu_s += pc.sum(batch.column(column)).as_py() or 0.0
-            yield batch.remove_column(column)
+            self.worker_cpu_s += pc.sum(batch.column(WORKER_CPU_COLUMN)).as_py() or 0.0
+            self.worker_starts += pc.sum(batch.column(WORKER_START_COLUMN)).as_py() or 0
+            yield batch.drop_columns([WORKER_CPU_COLUMN, WORKER_START_COLUMN])
 
     def describe(self) -> str:
         import ray

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from graphwright.engines.llm import make_llm
-from graphwright.engines.llm.cache import complete_through_cache
+from graphwright.engines.llm.cache import CallLog, complete_through_cache
 from graphwright.engines.llm.interface import LLMRequest
+from graphwright.engines.llm.session import query_session
 
 PROMPT_VERSION = "answer-v1"
 SYSTEM = (
@@ -52,10 +52,12 @@ def synthesize(question: str, result: dict, config, store) -> dict:
     # a token-budgeted context (local) is used whole
     max_chars = 10**9 if "context_tokens" in result else 6000
     request = answer_request(question, result["evidence"], config, max_chars, context=background(result))
-    ((key, response, hit),) = complete_through_cache(store, lambda: make_llm(config), [request], config.model)
+    ((key, response, hit),) = complete_through_cache(store, query_session(config).engine, [request], config.model)
     if not response.ok:
         result["answer"], result["answer_error"] = None, response.error
         return result
+    if not hit:  # the same question over the same evidence costs nothing next time
+        CallLog(store, config, "query").record_answers([(key, request, response)])
     text, usage = response.text, (response.prompt_tokens, response.completion_tokens)
     cited = sorted({int(n) for n in re.findall(r"\[(\d+)\]", text) if 0 < int(n) <= len(result["evidence"])})
     result["answer"] = text.strip()

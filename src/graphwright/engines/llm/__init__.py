@@ -1,12 +1,14 @@
-"""LLM engines behind one interface, used by extraction (and later summarization, reports and
-answers). An engine takes a list of requests and returns one response per request, never
-raising for a single request's failure: the response carries the error instead.
+"""LLM engines behind one interface (interface.py): a list of requests in, one response per
+request out, never raising for a single request's failure (the response carries the error).
+Every stage reaches its engine through the run's LLM session (session.py), which starts it once,
+and through the index's cache (cache.py).
 
 Engines are chosen by `llm.engine` and imported only when chosen:
-- `openai`: any OpenAI-compatible chat-completions endpoint (vLLM server, llama.cpp server,
+- `openai`: any OpenAI-compatible chat-completions endpoint (a vLLM server, llama.cpp's server,
   hosted APIs), with bounded concurrency, a request rate limit, timeouts and retries.
 - `llamacpp`: a small GGUF model in-process on the CPU (llamacpp_engine).
-- `vllm`: vLLM replicas on GPUs through Ray Data's LLM processor (vllm_engine).
+- `vllm`: vLLM replicas on GPUs behind one Ray Serve LLM application per run (vllm_engine),
+  reached with the `openai` client.
 """
 
 from __future__ import annotations
@@ -26,9 +28,6 @@ def make_llm(config):
 
         return LlamaCppEngine(config)
     if config.engine == "vllm":
-        try:
-            from graphwright.engines.llm.vllm_engine import VLLMEngine
-        except ImportError as exc:
-            raise ImportError(f"the vllm engine needs ray[llm] and the GPU extra (pip install 'graphwright[gpu]'): {exc}") from exc
-        return VLLMEngine(config)
+        raise ValueError("llm.engine vllm runs as a Ray Serve application that an LLM session starts once "
+                         "(graphwright.engines.llm.session.LLMSession); it has no per-call engine")
     raise ValueError(f"unknown LLM engine {config.engine!r}")

@@ -1,67 +1,152 @@
-"""Answering requests through the index's `llm_cache` table: cached answers come back with the
-token counts recorded when they were made; only the misses reach the engine. `record_calls`
-writes the new answers and one `llm_calls` row per call (the index driver and lazy reports)."""
+"""The index's LLM cache (`llm_cache`): every successful answer, keyed by LLMRequest.cache_key,
+with the token counts it cost when it was made.
+
+Lookups are made for many keys at once, once per stage (or per round of a stage, or per wave of
+reports), never per batch: the key column is scanned once and responses are read only when a
+key hit, so what a lookup costs per key does not grow with the cache. (A `key IN (...)` query
+per batch scanned the whole key column every time: random sha256 keys defeat Parquet
+statistics, and the total grew with the square of the corpus.)
+
+Writes are appends, never MERGEs: a run appends the answers it paid for; a query process
+appends its own. Appends do not conflict with each other in Delta, so an index run and a
+serving process never fail each other here. Two processes asking the same question at once may
+both store it: a key can appear twice, and any of its rows answers it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.engines.llm.interface import LLMRequest, LLMResponse
-from graphwright.storage.delta import IndexStore, sql_list
+from graphwright.storage.delta import IndexStore
+
+ANSWER_COLUMNS = ["key", "response", "prompt_tokens", "completion_tokens"]
+ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("response", pa.string()), ("prompt_tokens", pa.int64()),
+                           ("completion_tokens", pa.int64())])
 
 
-def cached_answers(store: IndexStore, keys: list[str]) -> dict[str, dict]:
-    if not keys or not store.exists("llm_cache"):
-        return {}
-    found = {}
-    for o in range(0, len(keys), 1000):
-        rows = store.read("llm_cache", columns=["key", "response", "prompt_tokens", "completion_tokens"],
-                          where=f"key IN {sql_list(keys[o:o + 1000])}")
-        found.update({r["key"]: r for r in rows.to_pylist()})
+def lookup(store: IndexStore, keys: Iterable[str] | pa.Array, stats: dict | None = None) -> pa.Table:
+    """The cached answers among `keys`: one row per key found (key, response, prompt_tokens,
+    completion_tokens). `stats`, when given, gains the seconds spent and the keys asked."""
+    import time
+
+    started = time.perf_counter()
+    wanted = pc.unique(pa.array(keys, pa.string()) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys)
+    found = ANSWER_SCHEMA.empty_table()
+    if len(wanted) and store.exists("llm_cache"):
+        scan = store.scanner("llm_cache")  # both passes read one snapshot
+        hit = [b.column("key").filter(pc.is_in(b.column("key"), value_set=wanted)) for b in scan(["key"])]
+        hits = pc.unique(pa.chunked_array(hit, pa.string()).combine_chunks()) if hit else pa.array([], pa.string())
+        if len(hits):
+            parts = [pa.Table.from_batches([b]).filter(pc.is_in(b.column("key"), value_set=hits)) for b in scan(ANSWER_COLUMNS)]
+            table = pa.concat_tables([ANSWER_SCHEMA.empty_table(), *(p.cast(ANSWER_SCHEMA) for p in parts)])
+            found = table.take(pc.index_in(hits, value_set=table.column("key")))  # the first row of a key stored twice
+    if stats is not None:
+        stats["lookup_s"] = stats.get("lookup_s", 0.0) + time.perf_counter() - started
+        stats["lookup_keys"] = stats.get("lookup_keys", 0) + len(wanted)
     return found
 
 
+def cached_tokens(store: IndexStore, keys: Iterable[str]) -> int:
+    """The prompt and completion tokens the cached answers of `keys` cost, in one scan (each key
+    counted once, however often it is stored)."""
+    wanted = pc.unique(pa.array(list(keys), pa.string()))
+    if not len(wanted) or not store.exists("llm_cache"):
+        return 0
+    parts = [pa.Table.from_batches([b]).filter(pc.is_in(b.column("key"), value_set=wanted))
+             for b in store.scanner("llm_cache")(["key", "prompt_tokens", "completion_tokens"])]
+    table = pa.concat_tables(parts) if parts else None
+    if table is None or not table.num_rows:
+        return 0
+    table = table.take(pc.index_in(pc.unique(table.column("key")), value_set=table.column("key")))
+    return int((pc.sum(table.column("prompt_tokens")).as_py() or 0) + (pc.sum(table.column("completion_tokens")).as_py() or 0))
+
+
+def cached_answers(store: IndexStore, keys: list[str], stats: dict | None = None) -> dict[str, dict]:
+    """lookup() as {key: row}, for callers with few keys."""
+    return {r["key"]: r for r in lookup(store, keys, stats).to_pylist()} if keys else {}
+
+
+def response_of(row: dict) -> LLMResponse:
+    return LLMResponse(text=row["response"], prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
+                       attempts=0)
+
+
 def complete_through_cache(store: IndexStore, engine: Callable[[], object], requests: list[LLMRequest],
-                           model: str) -> list[tuple[str, LLMResponse, bool]]:
-    """(key, response, cache_hit) per request. `engine` is called only if some request misses
-    (loading a local model takes seconds)."""
+                           model: str, stats: dict | None = None) -> list[tuple[str, LLMResponse, bool]]:
+    """(key, response, cache_hit) per request, answering from one cache lookup; identical
+    requests are asked once. `engine` is called only if some request misses (starting an engine
+    takes seconds to minutes)."""
     keys = [r.cache_key(model) for r in requests]
-    cached = cached_answers(store, keys)
-    misses = [i for i, k in enumerate(keys) if k not in cached]
+    cached = cached_answers(store, keys, stats)
+    first_of: dict[str, int] = {}
+    misses = [first_of.setdefault(k, i) for i, k in enumerate(keys) if k not in cached and k not in first_of]
     fresh = dict(zip(misses, engine().complete([requests[i] for i in misses]))) if misses else {}
     out = []
     for i, key in enumerate(keys):
         if key in cached:
-            c = cached[key]
-            out.append((key, LLMResponse(text=c["response"], prompt_tokens=c["prompt_tokens"],
-                                         completion_tokens=c["completion_tokens"], attempts=0), True))
+            out.append((key, response_of(cached[key]), True))
         else:
-            out.append((key, fresh[i], False))
+            out.append((key, fresh[first_of[key]], False))
     return out
 
 
+class CallLog:
+    """Writes a run's (or a query process's) LLM calls: new answers appended to `llm_cache`, and
+    one `llm_calls` row per (stage, key), appended. A key is written once per log however many
+    batches or commits see it, so appends never repeat a primary key."""
+
+    def __init__(self, store: IndexStore, llm, run_id: str):
+        self.store, self.llm, self.run_id = store, llm, run_id
+        self._cached: set[str] = set()
+        self._recorded: set[tuple[str, str]] = set()
+        self.commit_s = 0.0
+
+    def record_answers(self, answers: list[tuple[str, LLMRequest, LLMResponse]]) -> None:
+        """Only the new answers, into llm_cache (queries keep no call records)."""
+        self.record("", [{"key": k, "item_id": "", "prompt_version": r.prompt_version, "response": resp.text, "cache_hit": False,
+                          "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                          "latency_s": resp.latency_s, "attempts": resp.attempts, "error": None} for k, r, resp in answers],
+                    write_calls=False)
+
+    def record(self, stage: str, calls: list[dict], *, write_calls: bool = True) -> list[dict]:
+        """`calls`: dicts with key, item_id, prompt_version, response, cache_hit, prompt_tokens,
+        completion_tokens, latency_s, attempts and error. Failed and unusable answers (error set)
+        are not cached, so the next run asks again. Returns the llm_calls rows written."""
+        import time
+
+        if not calls:
+            return []
+        started = time.perf_counter()
+        fresh: dict[str, dict] = {}
+        for r in calls:
+            if not r["cache_hit"] and r["error"] is None and r["response"] is not None and r["key"] not in self._cached:
+                fresh.setdefault(r["key"], r)
+        if fresh:
+            self.store.append("llm_cache", pa.Table.from_pylist([
+                {"key": k, "model": self.llm.model, "prompt_version": r["prompt_version"], "response": r["response"],
+                 "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"], "run_id": self.run_id}
+                for k, r in fresh.items()]))
+            self._cached.update(fresh)
+        records = {}
+        for r in calls if write_calls else ():  # identical inputs share a request: one record per key
+            if (stage, r["key"]) in self._recorded:
+                continue
+            records.setdefault(r["key"], {
+                "run_id": self.run_id, "stage": stage, "key": r["key"], "item_id": r["item_id"], "engine": self.llm.engine,
+                "model": self.llm.model, "cache_hit": r["cache_hit"], "status": "ok" if r["error"] is None else "failed",
+                "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"],
+                "latency_s": r["latency_s"], "attempts": r["attempts"], "error": r["error"],
+            })
+        if records:
+            self.store.append("llm_calls", pa.Table.from_pylist(list(records.values())))
+            self._recorded.update((stage, k) for k in records)
+        self.commit_s += time.perf_counter() - started
+        return list(records.values())
+
+
 def record_calls(store: IndexStore, llm, run_id: str, stage: str, calls: list[dict]) -> list[dict]:
-    """New answers into the cache (failures and unusable answers are not cached, so the next run
-    asks again); every call, cache hit or not, into llm_calls. `calls` are dicts with key, item_id,
-    prompt_version, response, cache_hit, prompt_tokens, completion_tokens, latency_s, attempts and
-    error. Returns the llm_calls rows written (one per key)."""
-    if not calls:
-        return []
-    fresh = {r["key"]: r for r in calls if not r["cache_hit"] and r["error"] is None and r["response"] is not None}
-    if fresh:
-        store.upsert("llm_cache", pa.Table.from_pylist([
-            {"key": k, "model": llm.model, "prompt_version": r["prompt_version"], "response": r["response"],
-             "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"], "run_id": run_id}
-            for k, r in fresh.items()]))
-    records = {}
-    for r in calls:  # identical inputs share a request: one record per key
-        records.setdefault(r["key"], {
-            "run_id": run_id, "stage": stage, "key": r["key"], "item_id": r["item_id"], "engine": llm.engine,
-            "model": llm.model, "cache_hit": r["cache_hit"], "status": "ok" if r["error"] is None else "failed",
-            "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"],
-            "latency_s": r["latency_s"], "attempts": r["attempts"], "error": r["error"],
-        })
-    store.upsert("llm_calls", pa.Table.from_pylist(list(records.values())))
-    return list(records.values())
+    """CallLog.record for a caller that writes once (a query's lazy reports)."""
+    return CallLog(store, llm, run_id).record(stage, calls)

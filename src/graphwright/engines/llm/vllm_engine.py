@@ -1,83 +1,106 @@
-"""The `vllm` engine: vLLM replicas on GPU workers through Ray Data's LLM processor
-(`ray.data.llm.vLLMEngineProcessorConfig` + `build_processor`, Ray 2.60). Ray schedules one
-replica per `llm.replicas` (each on `tensor_parallel_size` GPUs), batches requests, restarts
-failed actors and, with should_continue_on_error, returns a per-row error instead of failing.
+"""The `vllm` engine: `llm.replicas` vLLM replicas (each on `llm.tensor_parallel_size` GPUs)
+served by one Ray Serve LLM application, started once per run (or per query process) by the
+LLM session and deleted when it closes. Every stage reaches it through the application's
+OpenAI-compatible route, from the driver and from the extraction actors alike, with the
+`openai` engine's client (its concurrency, retries, timeouts and rate limit).
 
-A call to `complete` runs one Ray Data job over the requests; the extraction stage calls it from
-the driver with many chunks at a time. JSON-schema output uses Ray 2.60's
-`sampling_params={"structured_outputs": {"json": schema}}` (the older guided_decoding key is
-ignored there). Needs a GPU cluster and the [gpu] extra; this module only imports ray.data.llm.
+Why one Serve application rather than a Ray Data processor per call: a processor builds its own
+actor pool, and so its own vLLM engine (model load and CUDA graphs: typically 30-120 s), every
+time it runs (ray-project/ray#52277). Run once per stage instead, a run still starts one engine
+per gleaning round, per report wave and per summary pass (8-10 starts in a nightly run with LLM
+reports); the Serve application starts one, whatever the stages ask. The price is an HTTP hop per
+request through Serve's proxy (measured with the CPU stand-in: docs/benchmarks.md), small beside
+a generation.
+
+`llm.serve_app` names another application builder (`module:function`, called with the LLM
+configuration); the tests use a CPU stand-in that answers graphwright's prompts, on this same
+code path. The default builder needs the [gpu] extra (`ray[llm]`, vLLM) and a GPU cluster.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 
-from graphwright.engines.llm.interface import LLMRequest, LLMResponse
+DEFAULT_APP = "graphwright.engines.llm.vllm_engine:openai_app"
 
 
-def processor_config(config):
-    from ray.data.llm import vLLMEngineProcessorConfig
-
+def serve_llm_config(config) -> dict:
+    """Ray Serve LLM's LLMConfig for `config`, as plain data (what `plan` prints and the tests
+    check without vLLM)."""
     engine_kwargs = {
         "tensor_parallel_size": config.tensor_parallel_size,
         "enable_prefix_caching": True,  # the fixed part of every extraction prompt comes first
     }
     if config.max_model_len:
         engine_kwargs["max_model_len"] = config.max_model_len
-    return vLLMEngineProcessorConfig(
-        model_source=config.model,
-        engine_kwargs=engine_kwargs,
-        concurrency=(config.replicas, config.replicas),
-        batch_size=config.batch_size,
-        should_continue_on_error=True,
-    )
-
-
-def request_row(index: int, request: LLMRequest) -> dict:
-    sampling = {"temperature": request.temperature, "max_tokens": request.max_tokens}
-    if request.json_schema is not None:
-        sampling["structured_outputs"] = {"json": request.json_schema}
-    return {"request_index": index, "messages": [{"role": r, "content": c} for r, c in request.messages], "sampling_params": sampling}
-
-
-def _postprocess(row: dict) -> dict:
     return {
-        "request_index": row["request_index"],
-        "generated_text": row.get("generated_text"),
-        "num_input_tokens": int(row.get("num_input_tokens") or 0),
-        "num_generated_tokens": int(row.get("num_generated_tokens") or 0),
-        "error": str(row["__inference_error__"]) if row.get("__inference_error__") else None,
+        "model_loading_config": {"model_id": config.model, "model_source": config.model},
+        "engine_kwargs": engine_kwargs,
+        "deployment_config": {"num_replicas": config.replicas, "max_ongoing_requests": max(config.batch_size, config.concurrency) * 4},
     }
 
 
-class VLLMEngine:
-    def __init__(self, config):
-        from ray.data.llm import build_processor
+def openai_app(config):
+    """Ray Serve LLM's OpenAI-compatible application over vLLM replicas."""
+    try:
+        from ray.serve.llm import LLMConfig, build_openai_app
+    except ImportError as exc:
+        raise ImportError(f"llm.engine vllm needs the [gpu] extra (ray[llm], vLLM) on the cluster: {exc}") from exc
+    return build_openai_app({"llm_configs": [LLMConfig(**serve_llm_config(config))]})
 
-        self.config = config
-        self.model = config.model
-        self.processor = build_processor(processor_config(config), preprocess=lambda row: row, postprocess=_postprocess)
 
-    @property
-    def name(self) -> str:
-        return f"vllm:{self.model}"
+def _builder(path: str):
+    module, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"llm.serve_app {path!r} is not an importable module:function ({exc})") from exc
 
-    def complete(self, requests: list[LLMRequest]) -> list[LLMResponse]:
-        import ray.data
 
-        if not requests:
-            return []
-        started = time.perf_counter()
-        ds = ray.data.from_items([request_row(i, r) for i, r in enumerate(requests)])
-        rows = {r["request_index"]: r for r in self.processor(ds).take_all()}
-        elapsed = (time.perf_counter() - started) / len(requests)
-        out = []
-        for i in range(len(requests)):
-            row = rows.get(i)
-            if row is None:
-                out.append(LLMResponse(text=None, error="no result returned for this request"))
-                continue
-            out.append(LLMResponse(text=row["generated_text"], prompt_tokens=row["num_input_tokens"],
-                                   completion_tokens=row["num_generated_tokens"], latency_s=elapsed, error=row["error"]))
-        return out
+class VLLMService:
+    """One Serve application for the session's lifetime. `start` blocks until its replicas are
+    up and returns the seconds it took; `client_config` is the `openai` configuration that
+    reaches it from any node of the cluster."""
+
+    def __init__(self, config, execution, name: str):
+        self.config, self.execution = config, execution
+        self.name = name  # the Serve application's name and route prefix
+        self.started = False
+        self.owns_ray = False
+
+    def start(self) -> float:
+        from ray import serve
+
+        from graphwright.config import ExecutionConfig
+        from graphwright.pipeline.executors import ensure_ray
+
+        began = time.perf_counter()
+        self.owns_ray = ensure_ray(self.execution or ExecutionConfig())
+        # every node's proxy listens, so that an extraction actor reaches its own node's proxy
+        quiet = {"log_level": "WARNING"}  # a request log line per call would drown the run's own
+        serve.start(http_options={"host": "0.0.0.0", "port": self.config.serve_port}, proxy_location="EveryNode",
+                    logging_config=quiet)
+        app = _builder(self.config.serve_app or DEFAULT_APP)(self.config)
+        serve.run(app, name=self.name, route_prefix=f"/{self.name}", logging_config=quiet)
+        self.started = True
+        return time.perf_counter() - began
+
+    def client_config(self):
+        return self.config.model_copy(update={
+            "engine": "openai", "base_url": f"http://127.0.0.1:{self.config.serve_port}/{self.name}/v1",
+            "api_key_env": None, "response_format": "json_schema"})
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        import ray
+        from ray import serve
+
+        try:
+            serve.delete(self.name)
+        finally:
+            self.started = False
+            if self.owns_ray:
+                serve.shutdown()
+                ray.shutdown()

@@ -9,11 +9,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright import ids
+from graphwright.engines.llm.cache import cached_tokens
 from graphwright.pipeline.errors import TooManyFailures
 from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
-from graphwright.stages.extract.extractors import extractor_key, extractor_stage
-from graphwright.storage.delta import IndexStore, sql_list
+from graphwright.stages.extract.extractors import extractor_key
+from graphwright.stages.extract.requests import plan_extraction, with_copies
+from graphwright.storage.delta import IndexStore
 
 
 def execute(run, m: dict) -> dict:
@@ -37,23 +39,22 @@ def execute(run, m: dict) -> dict:
     if unfinished := sorted(have["extractions"].intersection(todo)):
         store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
     extracted = mentions = failed = 0
+    plan_stats: dict = {}
     if todo:
         texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
-        fn_class, args, on_driver = extractor_stage(cfg.extract, cfg.llm, str(store.root))
-        batch_size = cfg.execution.commit_every if on_driver else cfg.extract.batch_size
-        stage = BatchStage("extract", fn_class, args, batch_size=batch_size, on_driver=on_driver,
-                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+        stage, work, copies, plan_stats = _extraction(run, texts, key)
         pending: list[pa.Table] = []
-        for batch in run.map_batches("extract", texts, stage):
-            pending.append(batch)
+        for batch in run.map_batches("extract", work, stage):
+            pending.append(with_copies(batch, copies))
             if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
                 n, k, f = _commit_extractions(run, pending)
                 extracted, mentions, failed = extracted + n, mentions + k, failed + f
         n, k, f = _commit_extractions(run, pending)
         extracted, mentions, failed = extracted + n, mentions + k, failed + f
+        plan_stats["calls_commit_s"] = round(run.calls.commit_s, 3)
     m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
              chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed,
-             work_unit="chunks", work_done=len(todo), work_total=len(chunk_set))
+             work_unit="chunks", work_done=len(todo), work_total=len(chunk_set), **plan_stats)
     if cfg.extract.engine == "llm":
         run.llm_totals["full_rebuild_tokens"] = _full_rebuild_tokens(store, chunk_set)
     if failed and failed > cfg.extract.max_failed_fraction * extracted:
@@ -65,6 +66,28 @@ def execute(run, m: dict) -> dict:
             + ". They are recorded in the extractions table and retried by the next run; nothing was published"
         )
     return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_set) - len(todo), "extractor": key}
+
+
+def _extraction(run, texts: pa.Table, key: str) -> tuple[BatchStage, pa.Table, dict, dict]:
+    """(the batch stage, the rows to send it, the copies to make of its results, planning
+    figures) for the configured extractor."""
+    cfg = run.config
+    common = dict(batch_size=cfg.extract.batch_size, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+    if cfg.extract.engine == "nlp":
+        from graphwright.stages.extract.nlp import NlpExtractor
+
+        return BatchStage("extract", NlpExtractor, (cfg.extract,), **common), texts, {}, {}
+    from graphwright.stages.extract.llm import LLMExtractor
+
+    plan = plan_extraction(run.store, texts, cfg.extract, cfg.llm)
+    rounds = 1 + cfg.extract.gleanings
+    asks = any(len(c) < rounds for c in plan.work.column("cached").to_pylist())
+    session = run.llm
+    if session.on_driver:  # the model lives in this process
+        args = (cfg.extract, cfg.llm, key, session.engine() if asks else None)
+    else:  # every actor builds a client to the session's engine (for vllm, its Serve route)
+        args = (cfg.extract, session.worker_config() if asks else cfg.llm, key)
+    return BatchStage("extract", LLMExtractor, args, on_driver=session.on_driver, **common), plan.work, plan.copies, plan.stats
 
 
 def _flatten(results: pa.Table, column: str, fields: list[str]) -> pa.Table:
@@ -122,20 +145,7 @@ def _full_rebuild_tokens(store: IndexStore, chunk_ids: set[str]) -> int:
             keys_by_chunk.setdefault(item, {}).setdefault(run_id, set()).add(key)
     # the latest run that extracted a chunk holds its current calls
     keys = {k for runs in keys_by_chunk.values() for k in runs[max(runs)]}
-    if not keys:
-        return 0
-    total = 0
-    for o, ordered in ((o, sorted(keys)) for o in range(0, len(keys), 1000)):
-        cache = store.read("llm_cache", columns=["prompt_tokens", "completion_tokens"], where=f"key IN {sql_list(ordered[o:o + 1000])}")
-        total += sum(cache.column("prompt_tokens").to_pylist()) + sum(cache.column("completion_tokens").to_pylist())
-    return total
-
-
-def gpus(cfg) -> float:
-    """GPUs the stage holds while it works (what a GPU-second price is paid for)."""
-    if cfg.extract.engine == "llm" and cfg.llm.engine == "vllm":
-        return cfg.llm.replicas * cfg.llm.tensor_parallel_size
-    return 0
+    return cached_tokens(store, keys)
 
 
 def where(cfg) -> Where:
@@ -145,7 +155,8 @@ def where(cfg) -> Where:
     except ValueError as exc:
         extractor = f"invalid: {exc}"
     if cfg.extract.engine == "llm" and llm.engine == "vllm":
-        return Where(extractor, "Ray Data LLM job from the driver", f"{llm.replicas} replicas x {llm.tensor_parallel_size} GPU")
+        return Where(extractor, f"{pool_of(cfg.execution)}, to the run's Ray Serve LLM application",
+                     f"{llm.replicas} vLLM replicas x {llm.tensor_parallel_size} GPU, started once per run")
     if cfg.extract.engine == "llm" and llm.engine == "llamacpp":
         return Where(extractor, "driver (one in-process model)", f"n_ctx {llm.n_ctx}")
     if cfg.extract.engine == "llm":
@@ -155,7 +166,7 @@ def where(cfg) -> Where:
 
 STAGE = Stage(
     "extract", reads=("chunks", "extractions", "llm_cache"), writes=("mentions", "assertions", "extractions", "llm_cache", "llm_calls"),
-    execute=execute, where=where, gpus=gpus,
+    execute=execute, where=where,
     summary="entities and relations per chunk (nlp rules, or an LLM through the cache)",
     engines=("llm: openai | vllm | llamacpp, through the cache", "or the nlp rules (no model)"),
 )

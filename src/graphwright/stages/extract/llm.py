@@ -1,7 +1,8 @@
-"""Extraction with an LLM: one request per chunk (plus optional gleaning rounds), answered from
-the index's request cache when it can be, parsed leniently. A chunk whose request or answer
-still fails after retries comes back with status 'failed' and the reason; nothing is dropped
-silently. Workers only read the cache; the driver writes new answers and the call records."""
+"""Extraction with an LLM, the workers' part: each chunk's first round is the chunk alone,
+each gleaning round asks what was missed. Rounds the driver found in the cache
+(requests.plan_extraction) are replayed; the rest go to the engine, one batch per round. A
+chunk whose request or answer still fails after retries comes back with status 'failed' and the
+reason; nothing is dropped silently. The driver writes the new answers and the call records."""
 
 from __future__ import annotations
 
@@ -9,27 +10,11 @@ import pyarrow as pa
 
 from graphwright.config import ExtractConfig, LLMConfig
 from graphwright.engines.llm import make_llm
-from graphwright.engines.llm.cache import complete_through_cache
-from graphwright.engines.llm.interface import LLMRequest
+from graphwright.engines.llm.interface import LLMResponse
 from graphwright.stages.extract.parse import ParseError, parse_extraction
-from graphwright.stages.extract.prompts import (
-    EXTRACTION_SCHEMA,
-    GLEANING_PROMPT,
-    PROMPT_VERSION,
-    system_prompt,
-)
+from graphwright.stages.extract.prompts import PROMPT_VERSION, system_prompt
+from graphwright.stages.extract.requests import extraction_request, next_history
 from graphwright.stages.extract.rows import EXTRACTION_BATCH_SCHEMA
-from graphwright.storage.delta import IndexStore
-
-
-def extraction_request(system: str, history: tuple[tuple[str, str], ...], config: LLMConfig) -> LLMRequest:
-    return LLMRequest(
-        messages=(("system", system),) + history,
-        json_schema=EXTRACTION_SCHEMA,
-        max_tokens=config.max_tokens,
-        temperature=config.temperature,
-        prompt_version=PROMPT_VERSION,
-    )
 
 
 def merge_relationships(relationships: list[dict]) -> list[dict]:
@@ -49,16 +34,25 @@ def merge_relationships(relationships: list[dict]) -> list[dict]:
 
 
 class LLMExtractor:
-    def __init__(self, config: ExtractConfig, llm: LLMConfig, index_root: str, key: str):
+    """Batch function over requests.WORK_SCHEMA rows. `engine`: the session's engine when this
+    runs on the driver; workers build their own client from `llm` (once per actor)."""
+
+    def __init__(self, config: ExtractConfig, llm: LLMConfig, key: str, engine=None):
         self.config, self.llm_config = config, llm
         self.key = key  # extractors.extractor_key: what the completion markers name
-        self.engine = make_llm(llm)
-        self.store = IndexStore(index_root)
+        self._engine = engine
         self.system = system_prompt(config.entity_types)
+
+    @property
+    def engine(self):
+        if self._engine is None:  # built on the first request the cache could not answer
+            self._engine = make_llm(self.llm_config)
+        return self._engine
 
     def __call__(self, chunks: pa.Table) -> pa.Table:
         ids = list(zip(chunks.column("chunk_id").to_pylist(), chunks.column("doc_id").to_pylist()))
         texts = chunks.column("text").to_pylist()
+        cached = chunks.column("cached").to_pylist() if "cached" in chunks.column_names else [[] for _ in texts]
         histories = [(("user", text),) for text in texts]
         results = [{"chunk_id": c, "doc_id": d, "extractor": self.key, "status": "ok", "error": None,
                     "mentions": {}, "assertions": [], "calls": []} for c, d in ids]
@@ -66,37 +60,48 @@ class LLMExtractor:
         for round_ in range(1 + self.config.gleanings):
             if not active:
                 break
-            answers = complete_through_cache(self.store, lambda: self.engine,
-                                             [extraction_request(self.system, histories[i], self.llm_config) for i in active],
-                                             self.llm_config.model)
+            requests = [extraction_request(self.system, histories[i], self.llm_config) for i in active]
+            asked = [n for n, i in enumerate(active) if round_ >= len(cached[i] or ())]
+            fresh = dict(zip(asked, self.engine.complete([requests[n] for n in asked]))) if asked else {}
             still = []
-            for i, (key, resp, hit) in zip(active, answers):
-                res = results[i]
-                res["calls"].append({
-                    "key": key, "prompt_version": PROMPT_VERSION, "response": resp.text, "cache_hit": hit,
-                    "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-                    "latency_s": resp.latency_s, "attempts": resp.attempts, "error": resp.error,
-                })
-                if not resp.ok:
-                    if round_ == 0:  # a failed gleaning round keeps what the first round found
-                        res["status"], res["error"] = "failed", f"LLM request failed: {resp.error}"
-                    continue
-                try:
-                    entities, relationships = parse_extraction(resp.text, self.config.entity_types, texts[i])
-                except ParseError as exc:
-                    if round_ == 0:
-                        res["status"], res["error"] = "failed", f"unusable answer: {exc}"
-                        res["calls"][-1]["error"] = str(exc)  # not cached: the next run asks again
-                    continue
-                for e in entities:
-                    prior = res["mentions"].setdefault(e["name"], {**e, "count": 0})
-                    prior["count"] += e["count"]
-                res["assertions"].extend(relationships)
-                histories[i] = histories[i] + (("assistant", resp.text), ("user", GLEANING_PROMPT))
-                still.append(i)
+            for n, i in enumerate(active):
+                if n in fresh:
+                    key, resp, hit = requests[n].cache_key(self.llm_config.model), fresh[n], False
+                else:
+                    c = cached[i][round_]
+                    key, hit = c["key"], True
+                    resp = LLMResponse(text=c["response"], prompt_tokens=c["prompt_tokens"],
+                                       completion_tokens=c["completion_tokens"], attempts=0)
+                if self._take(results[i], round_, key, resp, hit, texts[i]):
+                    histories[i] = next_history(histories[i], resp.text)
+                    still.append(i)
             active = still
         for res in results:
             ok = res["status"] == "ok"
             res["mentions"] = sorted(res["mentions"].values(), key=lambda m: m["name"]) if ok else []
             res["assertions"] = merge_relationships(res["assertions"]) if ok else []
         return pa.Table.from_pylist(results, schema=EXTRACTION_BATCH_SCHEMA)
+
+    def _take(self, res: dict, round_: int, key: str, resp: LLMResponse, hit: bool, text: str) -> bool:
+        """Add one round's answer to the chunk's result; whether a gleaning round may follow."""
+        res["calls"].append({
+            "key": key, "prompt_version": PROMPT_VERSION, "response": resp.text, "cache_hit": hit,
+            "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+            "latency_s": resp.latency_s, "attempts": resp.attempts, "error": resp.error,
+        })
+        if not resp.ok:
+            if round_ == 0:  # a failed gleaning round keeps what the first round found
+                res["status"], res["error"] = "failed", f"LLM request failed: {resp.error}"
+            return False
+        try:
+            entities, relationships = parse_extraction(resp.text, self.config.entity_types, text)
+        except ParseError as exc:
+            if round_ == 0:
+                res["status"], res["error"] = "failed", f"unusable answer: {exc}"
+            res["calls"][-1]["error"] = str(exc)  # not cached: the next run asks again
+            return False
+        for e in entities:
+            prior = res["mentions"].setdefault(e["name"], {**e, "count": 0})
+            prior["count"] += e["count"]
+        res["assertions"].extend(relationships)
+        return True

@@ -30,7 +30,7 @@ def execute(run, m: dict) -> dict:
         return stats
     run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
     communities = store.read("communities")
-    llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist())
+    llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist(), engine=run.llm.engine)
     gen = generator_of(run.config.llm)
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
     if cfg.mode == "lazy":
@@ -55,6 +55,7 @@ def execute(run, m: dict) -> dict:
     reports = to_table(list(rows.values()))
     store.replace_if_changed("community_reports", reports)
     m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
+             lookup_s=round(llm_reports.lookup_stats.get("lookup_s", 0.0), 3),
              work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
     return stats
 

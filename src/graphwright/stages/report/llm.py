@@ -16,11 +16,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from graphwright import ids
-from graphwright.engines.llm.interface import LLMRequest, LLMResponse
+from graphwright.engines.llm.interface import LLMRequest
 from graphwright.stages.extract.parse import ParseError, loads_lenient
 from graphwright.text.tokens import count_tokens, truncate_tokens
 
@@ -276,62 +275,3 @@ def parse_report(text: str | None, plan: Plan, refs: dict[str, list[str]]) -> di
         "entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
         "sub_community_ids": used["Reports"],
     }
-
-
-Complete = Callable[[list[LLMRequest]], list[tuple[str, LLMResponse, bool]]]
-
-
-def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str, dict], complete: Complete,
-                  fallback: Callable[[str, dict[str, dict]], dict], config, llm) -> tuple[dict[str, dict], list[dict], dict]:
-    """Reports for `targets` and the children their contexts need, level by level, deepest first.
-
-    `existing` maps input hashes to reports that can be reused as they are. `complete` answers a
-    batch of requests ((key, response, cache_hit) each). A report whose call fails or whose answer
-    is not a report, or that needs a child report that failed, becomes `fallback(community_id,
-    reports so far)` (the extractive report) with generator 'extractive@N fallback', so that it is
-    not reused as an LLM report. Returns ({community_id: row}, call records, counts)."""
-    gen = generator(llm.model)
-    todo = needed(plans, targets)
-    rows: dict[str, dict] = {}
-    calls: list[dict] = []
-    stats = {"built": 0, "reused": 0, "failed": 0}
-    for level in sorted({plans[c].level for c in todo}, reverse=True):
-        batch = []
-        for cid in sorted(c for c in todo if plans[c].level == level):
-            plan = plans[cid]
-            old = existing.get(plan.input_hash)
-            if old is not None and old["generator"] == gen:
-                rows[cid] = {**old, "community_id": cid, "level": plan.level}
-                stats["reused"] += 1
-            elif any(rows[k]["generator"] != gen for k in plan.needs):
-                rows[cid] = _fallback(fallback, cid, rows, plan, "a sub-community report failed")
-                stats["failed"] += 1
-            else:
-                batch.append(plan)
-        prepared = [report_request(plan, rows, config, llm) for plan in batch]
-        answers = complete([request for request, _ in prepared]) if prepared else []
-        for plan, (_, refs), (key, resp, hit) in zip(batch, prepared, answers):
-            error = resp.error if not resp.ok else None
-            if error is None:
-                try:
-                    report = parse_report(resp.text, plan, refs)
-                except ParseError as exc:
-                    error = f"unusable report: {exc}"
-            if error is None:
-                rows[plan.community_id] = {**report, "community_id": plan.community_id, "level": plan.level,
-                                           "input_hash": plan.input_hash, "generator": gen}
-                stats["built"] += 1
-            else:
-                rows[plan.community_id] = _fallback(fallback, plan.community_id, rows, plan, error)
-                stats["failed"] += 1
-            calls.append({"key": key, "item_id": plan.community_id, "prompt_version": PROMPT_VERSION, "response": resp.text,
-                          "cache_hit": hit, "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-                          "latency_s": resp.latency_s, "attempts": resp.attempts, "error": error})
-    return rows, calls, stats
-
-
-def _fallback(fallback, cid: str, rows: dict, plan: Plan, reason: str) -> dict:
-    report = fallback(cid, rows)
-    return {**report, "community_id": cid, "level": plan.level, "input_hash": plan.input_hash,
-            "generator": f"{report['generator']} fallback",
-            "rating_explanation": f"{report['rating_explanation']} (LLM report failed: {reason[:200]})"}

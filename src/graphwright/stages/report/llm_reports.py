@@ -43,10 +43,14 @@ class LLMReports:
     those a query touches, and the children they need, in lazy mode), reading the graph through
     `read` (IndexStore.read, or a published version's pinned read)."""
 
-    def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], read: Callable | None = None):
+    def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], read: Callable | None = None,
+                 engine: Callable[[], object] | None = None):
+        """`engine`: the engine to write with, started on the first request the cache cannot
+        answer (the run's session; by default this process's query session)."""
         from graphwright.stages.report.llm import candidate_chunks, plan_reports
 
         self.store, self.config, self.llm = store, config, llm
+        self.engine = engine or (lambda: _query_engine(llm))
         read = read or store.read
         members = {e for c in communities for e in c["entity_ids"]}  # children's members are their parent's
         self.ent = {r["entity_id"]: r for r in _read_in(read, "entities", "entity_id", members, ENTITY_COLUMNS)}
@@ -57,18 +61,7 @@ class LLMReports:
         chunk_text = {r["chunk_id"]: r["text"] for r in _read_in(read, "chunks", "chunk_id", wanted, ["chunk_id", "text"])}
         self.communities = {c["community_id"]: c for c in communities}
         self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model)
-        self._engine = None
-
-    def _complete(self, requests):
-        from graphwright.engines.llm import make_llm
-        from graphwright.engines.llm.cache import complete_through_cache
-
-        def engine():  # created once, on the first cache miss
-            if self._engine is None:
-                self._engine = make_llm(self.llm)
-            return self._engine
-
-        return complete_through_cache(self.store, engine, requests, self.llm.model)
+        self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
         c = self.communities[cid]
@@ -77,10 +70,48 @@ class LLMReports:
 
     def write(self, targets: list[str], existing: dict[str, dict]) -> tuple[dict[str, dict], list[dict], dict]:
         """({community_id: report row}, call records, counts) for `targets` and what they need."""
-        from graphwright.stages.report.llm import write_reports
+        from graphwright.engines.llm.cache import cached_answers
+        from graphwright.engines.llm.session import in_flight
+        from graphwright.stages.report.schedule import write_reports
 
         self.llm.require(f"report.mode {self.config.mode}")
-        return write_reports(self.plans, targets, existing, self._complete, self._fallback, self.config, self.llm)
+        stream = _LazyStream(self.engine, in_flight(self.llm))
+        try:
+            return write_reports(self.plans, targets, existing, lambda keys: cached_answers(self.store, keys, self.lookup_stats),
+                                 stream, self._fallback, self.config, self.llm)
+        finally:
+            stream.close()
+
+
+class _LazyStream:
+    """A Stream whose engine is started on the first submission (a run whose reports are all
+    reused or cached starts none)."""
+
+    def __init__(self, engine: Callable[[], object], in_flight: int):
+        self._engine, self._in_flight, self._stream = engine, in_flight, None
+
+    def _get(self):
+        from graphwright.engines.llm.session import Stream
+
+        if self._stream is None:
+            self._stream = Stream(self._engine(), self._in_flight)
+        return self._stream
+
+    def submit(self, tag, request) -> None:
+        self._get().submit(tag, request)
+
+    def completed(self):
+        return self._stream.completed() if self._stream is not None else iter(())
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+def _query_engine(llm):
+    from graphwright.engines.llm.session import query_session
+
+    return query_session(llm).engine()
 
 
 def to_table(rows: list[dict]) -> pa.Table:

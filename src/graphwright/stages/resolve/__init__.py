@@ -57,7 +57,7 @@ def _adjudicator(run):
     from graphwright.stages.resolve.adjudicate import adjudicate
 
     def decide(pairs):
-        verdicts, calls = adjudicate(run.store, pairs, run.config.llm)
+        verdicts, calls = adjudicate(run.store, pairs, run.config.llm, run.llm.engine)
         run.record_llm_calls("resolve", pa.Table.from_pylist(calls))
         return verdicts
 
@@ -71,7 +71,7 @@ def _summarize_descriptions(run, overflow: dict | None, table: pa.Table, name: s
     from graphwright.stages.resolve.summarize import summarize
 
     run.config.llm.require("resolve.summarize")
-    summaries, calls = summarize(run.store, overflow, run.config.resolve.description_max_chars, run.config.llm)
+    summaries, calls = summarize(run.store, overflow, run.config.resolve.description_max_chars, run.config.llm, run.llm.engine)
     overflow.clear()
     run.record_llm_calls("resolve", pa.Table.from_pylist(calls))
     ids_ = table.column(key).to_pylist()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-from graphwright.engines.llm import make_llm
 from graphwright.engines.llm.cache import complete_through_cache
 from graphwright.engines.llm.interface import LLMRequest
 from graphwright.stages.resolve.scoring import KeyProfile, PairEvidence
@@ -42,11 +41,12 @@ def parse_verdict(text: str | None) -> bool:
         return False
 
 
-def adjudicate(store: IndexStore, pairs: list[tuple[PairEvidence, KeyProfile, KeyProfile]], config) -> tuple[dict, list[dict]]:
-    """({(a, b): same?}, one call record per pair, cache hits included)."""
+def adjudicate(store: IndexStore, pairs: list[tuple[PairEvidence, KeyProfile, KeyProfile]], config, engine) -> tuple[dict, list[dict]]:
+    """({(a, b): same?}, one call record per pair, cache hits included). `engine` gives the run's
+    engine (started on the first pair the cache cannot answer)."""
     requests = [adjudication_request(pa_, pb, config) for _, pa_, pb in pairs]
     verdicts, calls = {}, []
-    for (e, _, _), (key, resp, hit) in zip(pairs, complete_through_cache(store, lambda: make_llm(config), requests, config.model)):
+    for (e, _, _), (key, resp, hit) in zip(pairs, complete_through_cache(store, engine, requests, config.model)):
         verdicts[(e.a, e.b)] = resp.ok and parse_verdict(resp.text)
         calls.append({"key": key, "chunk_id": f"{e.a}\x1f{e.b}", "prompt_version": PROMPT_VERSION, "response": resp.text,
                       "cache_hit": hit, "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,

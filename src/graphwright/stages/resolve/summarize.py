@@ -5,7 +5,6 @@ run, however many documents changed."""
 
 from __future__ import annotations
 
-from graphwright.engines.llm import make_llm
 from graphwright.engines.llm.cache import complete_through_cache
 from graphwright.engines.llm.interface import LLMRequest
 from graphwright.storage.delta import IndexStore
@@ -32,12 +31,13 @@ def summary_request(name: str, descriptions: list[str], max_chars: int, config) 
     )
 
 
-def summarize(store: IndexStore, overflow: dict, max_chars: int, config) -> tuple[dict, list[dict]]:
-    """{(table, id): summary} and one call record per request (cache hits included)."""
+def summarize(store: IndexStore, overflow: dict, max_chars: int, config, engine) -> tuple[dict, list[dict]]:
+    """{(table, id): summary} and one call record per request (cache hits included). `engine`
+    gives the run's engine (started on the first request the cache cannot answer)."""
     items = sorted(overflow.items())
     requests = [summary_request(name, descs, max_chars, config) for _, (name, descs) in items]
     summaries, calls = {}, []
-    for (row_key, _), (key, resp, hit) in zip(items, complete_through_cache(store, lambda: make_llm(config), requests, config.model)):
+    for (row_key, _), (key, resp, hit) in zip(items, complete_through_cache(store, engine, requests, config.model)):
         if resp.ok:
             summaries[row_key] = " ".join(resp.text.split())[:max_chars]
         calls.append({"key": key, "chunk_id": row_key[1], "prompt_version": PROMPT_VERSION, "response": resp.text,
