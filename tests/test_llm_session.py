@@ -203,3 +203,29 @@ def test_a_session_starts_its_engine_once_and_only_when_asked(monkeypatch):
     assert len(made) == 1 and session.usage()["started"]
     session.close()
     assert session.usage()["held_s"] >= 0 and not session.started
+
+
+def test_calls_of_a_worker_that_died_with_answers_in_flight_are_counted(server, corpus, tmp_path, monkeypatch):
+    from graphwright.engines.llm.openai_engine import OpenAIEngine
+    from graphwright.pipeline.errors import TooManyFailures
+
+    real, seen = OpenAIEngine.complete, []
+
+    def dies_on_the_third_batch(self, requests):
+        answers = real(self, requests)  # the server answered (and would bill) these
+        seen.append(len(requests))
+        if len(seen) == 3:
+            raise SystemExit("the worker was killed")  # its answers never reach the driver
+        return answers
+
+    monkeypatch.setattr(OpenAIEngine, "complete", dies_on_the_third_batch)
+    cfg = llm_config(server)
+    cfg.extract.batch_size = 2
+    with pytest.raises((SystemExit, TooManyFailures)):
+        run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    details = stage_details(tmp_path / "index", "extract")
+    recorded = store.count("llm_calls", where="stage = 'extract'")
+    assert details["lost_calls"] == seen[-1] == 2
+    assert recorded + details["lost_calls"] == sum(seen) == len(server.requests)  # every request accounted for
+    assert not store.files.list("ledger")  # the intent records are removed once counted

@@ -181,7 +181,8 @@ def test_lazy_reports_are_written_by_queries_and_reused(server, corpus, tmp_path
     plans = plans_of(store, cfg)
 
     first = query(str(index), "What did Tobias Reed show the council about the harbor fees?", answer=False)
-    written = {r["community_id"]: r for r in store.read("community_reports").to_pylist()}
+    assert store.count("community_reports") == 0  # queries never write the index's own tables
+    written = {r["community_id"]: r for r in store.read("lazy_reports").to_pylist()}
     assert first["reports"] and {r["community_id"] for r in first["reports"]} <= set(written)
     assert 0 < len(written) < len(plans)  # only what the query touched (and the children those need)
     assert len(report_prompts(server)) == len(written)
@@ -210,7 +211,7 @@ def test_lazy_index_drops_reports_whose_inputs_changed(server, corpus, tmp_path)
     store = IndexStore(index)
     for question in ("Who is Mara Voss?", "What did Tobias Reed show the council?", "Greywater River clinic Amberfield"):
         query(str(index), question, answer=False)
-    before = {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()}
+    before = {r["community_id"]: r["input_hash"] for r in store.read("lazy_reports").to_pylist()}
     river = corpus / "notes" / "river.txt"
     river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
     run([corpus], index, cfg)

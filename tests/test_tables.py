@@ -128,7 +128,7 @@ def test_validate_rejects_duplicate_primary_key():
 
 def test_composite_primary_key():
     row = {"chunk_id": "c", "doc_id": "d", "extractor": "nlp@1", "status": "ok", "n_mentions": 1,
-           "n_assertions": 0, "error": None, "run_id": "r"}
+           "n_assertions": 0, "error": None, "notes": None, "run_id": "r"}
     schema = contracts.schema("extractions")
     assert schema.primary_key == ("chunk_id", "extractor")
     ok = [row, {**row, "extractor": "nlp@2"}]  # same chunk, another extractor: a different key

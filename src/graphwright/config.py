@@ -46,6 +46,7 @@ class LLMConfig(_Section):
     backoff_s: float = Field(1.0, ge=0)
     max_backoff_s: float = Field(30.0, ge=0)
     max_tokens: int = Field(1500, ge=16)
+    max_response_bytes: int = Field(8 << 20, ge=1024)  # a longer reply is dropped unread (and retried)
     temperature: float = Field(0.0, ge=0)
     # vllm engine: replicas x tensor_parallel_size GPUs; batch_size requests per replica batch
     replicas: int = Field(1, ge=1)
@@ -74,6 +75,17 @@ class ExtractConfig(_Section):
     # a run fails (publishes nothing) when more than this share of the chunks it extracted failed;
     # failed chunks are recorded with their reason and retried by the next run
     max_failed_fraction: float = Field(0.1, ge=0, le=1)
+    # llm engine: what one reply may hold. A reply above a count or size fails its chunk (not
+    # cached: the next run asks again); a name that is not a name (no letter, too long) or does
+    # not occur in the chunk is dropped, with the relationships touching it, and a reply of which
+    # more than max_dropped_fraction of the names is dropped fails. Changing these re-checks every
+    # chunk from the cache (they are part of the extractor key).
+    max_entities_per_chunk: int = Field(100, ge=1)
+    max_relationships_per_chunk: int = Field(200, ge=0)
+    max_name_chars: int = Field(120, ge=8)
+    max_description_chars: int = Field(2000, ge=16)
+    max_reply_chars: int = Field(100_000, ge=1000)
+    max_dropped_fraction: float = Field(0.5, ge=0, le=1)
     # nlp engine: entities co-occurring in a sentence get weight 1 per sentence; entities sharing
     # only the chunk get this weight (among the chunk's `chunk_pair_top_n` most frequent entities).
     chunk_pair_weight: float = Field(0.25, ge=0)
@@ -153,6 +165,7 @@ class EmbedConfig(_Section):
     concurrency: int = Field(4, ge=1)  # openai: requests in flight; vllm: GPU replicas
     requests_per_second: float | None = Field(None, gt=0)
     timeout_s: float = Field(60, gt=0)
+    max_response_bytes: int = Field(64 << 20, ge=1024)
     max_attempts: int = Field(4, ge=1)
     backoff_s: float = Field(1.0, ge=0)
     max_backoff_s: float = Field(30.0, ge=0)

@@ -104,6 +104,9 @@ class CallLog:
         self._recorded: set[tuple[str, str]] = set()
         self.commit_s = 0.0
 
+    def recorded_keys(self, stage: str) -> set[str]:
+        return {k for s, k in self._recorded if s == stage}
+
     def record_answers(self, answers: list[tuple[str, LLMRequest, LLMResponse]]) -> None:
         """Only the new answers, into llm_cache (queries keep no call records)."""
         self.record("", [{"key": k, "item_id": "", "prompt_version": r.prompt_version, "response": resp.text, "cache_hit": False,

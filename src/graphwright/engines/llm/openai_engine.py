@@ -13,6 +13,7 @@ Backends differ in how they take a JSON schema (`llm.response_format`):
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from graphwright.engines.llm.interface import LLMRequest, LLMResponse
+from graphwright.text.safe import clean_text
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -41,6 +43,23 @@ class RateLimiter:
             self.next_at = at + self.interval
         if at > now:
             time.sleep(at - now)
+
+
+def _read_bounded(resp: requests.Response, limit: int) -> bytes | None:
+    """The body, or None (the connection dropped) when it is longer than `limit` bytes: a reply is
+    read into memory only up to a bound."""
+    declared = resp.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        resp.close()
+        return None
+    parts, size = [], 0
+    for part in resp.iter_content(1 << 16):
+        size += len(part)
+        if size > limit:
+            resp.close()
+            return None
+        parts.append(part)
+    return b"".join(parts)
 
 
 class OpenAIClient:
@@ -78,17 +97,21 @@ class OpenAIClient:
             self.limiter.wait()
             retry_after = None
             try:
-                resp = self._session().post(self.base_url + path, json=body, headers=self.headers, timeout=self.config.timeout_s)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+                resp = self._session().post(self.base_url + path, json=body, headers=self.headers, timeout=self.config.timeout_s,
+                                            stream=True)
+                content = _read_bounded(resp, self.config.max_response_bytes)
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             else:
-                if resp.status_code == 200:
+                if content is None:
+                    error = f"a reply of more than {self.config.max_response_bytes} bytes (llm.max_response_bytes)"
+                elif resp.status_code == 200:
                     try:
-                        return parse(resp.json()), attempt, None
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        error = f"malformed response body: {type(exc).__name__}: {exc}"
+                        return parse(json.loads(content)), attempt, None
+                    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
+                        error = f"malformed response body: {type(exc).__name__}: {str(exc)[:200]}"
                 else:
-                    error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                    error = f"HTTP {resp.status_code}: {content[:200].decode('utf-8', 'replace')}"
                     if resp.status_code not in RETRY_STATUS:
                         return None, attempt, error
                     retry_after = resp.headers.get("Retry-After")
@@ -102,6 +125,30 @@ class OpenAIClient:
             return [fn(x) for x in items]
         with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(items))) as pool:
             return list(pool.map(fn, items))
+
+
+def _count(usage: dict, name: str) -> int:
+    value = usage.get(name)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 2**62 else 0
+
+
+def chat_response(data) -> LLMResponse:
+    """An OpenAI chat.completion object as a response; ValueError naming what is wrong with any
+    other shape (the client then retries it like a garbled body, and gives up with the reason)."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the reply has no choices")
+    message = choices[0].get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if content is None:
+        raise ValueError(f"the reply has no message content (finish_reason {choices[0].get('finish_reason')!r})")
+    if not isinstance(content, str):
+        raise ValueError(f"the reply's content is {type(content).__name__}, not text")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    reason = choices[0].get("finish_reason")
+    return LLMResponse(text=clean_text(content), prompt_tokens=_count(usage, "prompt_tokens"),
+                       completion_tokens=_count(usage, "completion_tokens"),
+                       meta={"finish_reason": reason if isinstance(reason, str) else None})
 
 
 class OpenAIEngine:
@@ -131,14 +178,8 @@ class OpenAIEngine:
     def complete_one(self, request: LLMRequest) -> LLMResponse:
         started = time.perf_counter()
 
-        def parse(data: dict) -> LLMResponse:
-            usage = data.get("usage") or {}
-            return LLMResponse(
-                text=data["choices"][0]["message"]["content"],
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                meta={"finish_reason": data["choices"][0].get("finish_reason")},
-            )
+        def parse(data) -> LLMResponse:
+            return chat_response(data)
 
         response, attempts, error = self.client.post("/chat/completions", self._body(request), parse)
         response = response or LLMResponse(text=None, error=error)

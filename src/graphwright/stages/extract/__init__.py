@@ -44,25 +44,33 @@ def execute(run, m: dict) -> dict:
         texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
         stage, work, copies, plan_stats = _extraction(run, texts, key)
         pending: list[pa.Table] = []
-        for batch in run.map_batches("extract", work, stage):
-            pending.append(with_copies(batch, copies))
-            if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
-                n, k, f = _commit_extractions(run, pending)
-                extracted, mentions, failed = extracted + n, mentions + k, failed + f
-        n, k, f = _commit_extractions(run, pending)
-        extracted, mentions, failed = extracted + n, mentions + k, failed + f
+        try:
+            for batch in run.map_batches("extract", work, stage):
+                pending.append(with_copies(batch, copies))
+                if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
+                    n, k, f = _commit_extractions(run, pending)
+                    extracted, mentions, failed = extracted + n, mentions + k, failed + f
+            n, k, f = _commit_extractions(run, pending)
+            extracted, mentions, failed = extracted + n, mentions + k, failed + f
+        finally:  # what killed workers asked and never brought back is counted, even if the stage fails
+            if cfg.extract.engine == "llm":
+                plan_stats["lost_calls"] = _count_lost_calls(run)
+                m.update(lost_calls=plan_stats["lost_calls"])
         plan_stats["calls_commit_s"] = round(run.calls.commit_s, 3)
     m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
              chunks_reused=len(chunk_set) - len(todo), chunks_failed=failed, removed=removed,
              work_unit="chunks", work_done=len(todo), work_total=len(chunk_set), **plan_stats)
     if cfg.extract.engine == "llm":
         run.llm_totals["full_rebuild_tokens"] = _full_rebuild_tokens(store, chunk_set)
-    if failed and failed > cfg.extract.max_failed_fraction * extracted:
+    failing = store.count("extractions", where=f"extractor = '{key}' AND status = 'failed'") if failed else 0
+    if failing and failing > cfg.extract.max_failed_fraction * len(chunk_set):
+        # the index's state after this run: every chunk that still has no extraction, over all chunks
         reasons = store.read("extractions", columns=["chunk_id", "error"], where=f"status = 'failed' AND run_id = '{run.run_id}'")
         example = reasons.slice(0, 1).to_pylist()
         raise TooManyFailures(
-            f"{failed} of {extracted} chunks failed extraction, above extract.max_failed_fraction="
-            f"{cfg.extract.max_failed_fraction:g}" + (f" (e.g. chunk {example[0]['chunk_id']}: {example[0]['error']})" if example else "")
+            f"{failing} of the index's {len(chunk_set)} chunks have no extraction ({failed} failed in this run), above "
+            f"extract.max_failed_fraction={cfg.extract.max_failed_fraction:g}"
+            + (f" (e.g. chunk {example[0]['chunk_id']}: {example[0]['error']})" if example else "")
             + ". They are recorded in the extractions table and retried by the next run; nothing was published"
         )
     return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_set) - len(todo), "extractor": key}
@@ -82,12 +90,25 @@ def _extraction(run, texts: pa.Table, key: str) -> tuple[BatchStage, pa.Table, d
     plan = plan_extraction(run.store, texts, cfg.extract, cfg.llm)
     rounds = 1 + cfg.extract.gleanings
     asks = any(len(c) < rounds for c in plan.work.column("cached").to_pylist())
-    session = run.llm
+    session, ledger = run.llm, (str(run.store.root), run.run_id)
     if session.on_driver:  # the model lives in this process
-        args = (cfg.extract, cfg.llm, key, session.engine() if asks else None)
+        args = (cfg.extract, cfg.llm, key, session.engine() if asks else None, ledger)
     else:  # every actor builds a client to the session's engine (for vllm, its Serve route)
-        args = (cfg.extract, session.worker_config() if asks else cfg.llm, key)
+        args = (cfg.extract, session.worker_config() if asks else cfg.llm, key, None, ledger)
     return BatchStage("extract", LLMExtractor, args, on_driver=session.on_driver, **common), plan.work, plan.copies, plan.stats
+
+
+def _count_lost_calls(run) -> int:
+    """Requests extraction workers intended whose calls were never recorded (engines.llm.ledger)."""
+    from graphwright.engines.llm.ledger import CallLedger
+
+    ledger = CallLedger(str(run.store.root), run.run_id)
+    lost = ledger.lost(run.calls.recorded_keys("extract"))
+    ledger.clear()
+    run.llm_totals["lost"] = run.llm_totals.get("lost", 0) + lost
+    if lost:
+        run.log(f"[yellow]{lost} LLM request(s) were sent by workers that died before their answers came back[/]")
+    return lost
 
 
 def _flatten(results: pa.Table, column: str, fields: list[str]) -> pa.Table:
@@ -126,6 +147,7 @@ def _commit_extractions(run, results: list[pa.Table]) -> tuple[int, int, int]:
         "n_mentions": pc.list_value_length(res.column("mentions")).cast(pa.int32()),
         "n_assertions": pc.list_value_length(res.column("assertions")).cast(pa.int32()),
         "error": res.column("error"),
+        "notes": res.column("notes"),
         "run_id": pa.array([run_id] * res.num_rows, pa.string()),
     })
     run.record_llm_calls("extract", _flatten(res, "calls", ["key", "prompt_version", "response", "cache_hit", "prompt_tokens",

@@ -16,8 +16,10 @@ def extractor_key(config: ExtractConfig, llm: LLMConfig | None = None) -> str:
         return f"nlp@{RULES_VERSION}"
     if config.engine == "llm":
         from graphwright.stages.extract.prompts import PROMPT_VERSION
+        from graphwright.stages.extract.validate import bounds_tag
 
         if llm is None or not llm.model:
             raise ValueError("extract.engine is 'llm' but llm.model is not set (config file or GRAPHWRIGHT_LLM__MODEL)")
-        return f"llm:{llm.model}@{PROMPT_VERSION}+g{config.gleanings}"
+        # the reply bounds too: answers older rules accepted are checked again (from the cache)
+        return f"llm:{llm.model}@{PROMPT_VERSION}+g{config.gleanings}+{bounds_tag(config)}"
     raise ValueError(f"unknown extraction engine {config.engine!r}")

@@ -6,6 +6,8 @@ reason; nothing is dropped silently. The driver writes the new answers and the c
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 from graphwright.config import ExtractConfig, LLMConfig
@@ -37,10 +39,16 @@ class LLMExtractor:
     """Batch function over requests.WORK_SCHEMA rows. `engine`: the session's engine when this
     runs on the driver; workers build their own client from `llm` (once per actor)."""
 
-    def __init__(self, config: ExtractConfig, llm: LLMConfig, key: str, engine=None):
+    def __init__(self, config: ExtractConfig, llm: LLMConfig, key: str, engine=None, ledger: tuple[str, str] | None = None):
+        """`ledger`: (index root, run id) to write intent records of the requests sent to."""
         self.config, self.llm_config = config, llm
         self.key = key  # extractors.extractor_key: what the completion markers name
         self._engine = engine
+        self.ledger = None
+        if ledger is not None:
+            from graphwright.engines.llm.ledger import CallLedger
+
+            self.ledger = CallLedger(*ledger)
         self.system = system_prompt(config.entity_types)
 
     @property
@@ -55,13 +63,15 @@ class LLMExtractor:
         cached = chunks.column("cached").to_pylist() if "cached" in chunks.column_names else [[] for _ in texts]
         histories = [(("user", text),) for text in texts]
         results = [{"chunk_id": c, "doc_id": d, "extractor": self.key, "status": "ok", "error": None,
-                    "mentions": {}, "assertions": [], "calls": []} for c, d in ids]
+                    "mentions": {}, "assertions": [], "calls": [], "notes": {}} for c, d in ids]
         active = list(range(len(results)))
         for round_ in range(1 + self.config.gleanings):
             if not active:
                 break
             requests = [extraction_request(self.system, histories[i], self.llm_config) for i in active]
             asked = [n for n, i in enumerate(active) if round_ >= len(cached[i] or ())]
+            if asked and self.ledger is not None:
+                self.ledger.intend([requests[n].cache_key(self.llm_config.model) for n in asked])
             fresh = dict(zip(asked, self.engine.complete([requests[n] for n in asked]))) if asked else {}
             still = []
             for n, i in enumerate(active):
@@ -80,10 +90,22 @@ class LLMExtractor:
             ok = res["status"] == "ok"
             res["mentions"] = sorted(res["mentions"].values(), key=lambda m: m["name"]) if ok else []
             res["assertions"] = merge_relationships(res["assertions"]) if ok else []
+            res["notes"] = json.dumps(res["notes"], sort_keys=True) if res["notes"] else None
         return pa.Table.from_pylist(results, schema=EXTRACTION_BATCH_SCHEMA)
 
     def _take(self, res: dict, round_: int, key: str, resp: LLMResponse, hit: bool, text: str) -> bool:
-        """Add one round's answer to the chunk's result; whether a gleaning round may follow."""
+        """Add one round's answer to the chunk's result; whether a gleaning round may follow. A
+        reply that breaks the reader in a way no rule foresaw fails its chunk, not the run."""
+        try:
+            return self._read(res, round_, key, resp, hit, text)
+        except Exception as exc:  # noqa: BLE001 - the last line of defence for one chunk
+            res["status"], res["error"] = "failed", f"could not read the reply: {type(exc).__name__}: {str(exc)[:200]}"
+            res["mentions"], res["assertions"] = {}, []
+            if res["calls"]:
+                res["calls"][-1]["error"] = res["error"]
+            return False
+
+    def _read(self, res: dict, round_: int, key: str, resp: LLMResponse, hit: bool, text: str) -> bool:
         res["calls"].append({
             "key": key, "prompt_version": PROMPT_VERSION, "response": resp.text, "cache_hit": hit,
             "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
@@ -93,8 +115,9 @@ class LLMExtractor:
             if round_ == 0:  # a failed gleaning round keeps what the first round found
                 res["status"], res["error"] = "failed", f"LLM request failed: {resp.error}"
             return False
+        notes: dict = {}
         try:
-            entities, relationships = parse_extraction(resp.text, self.config.entity_types, text)
+            entities, relationships = parse_extraction(resp.text, self.config.entity_types, text, self.config, notes)
         except ParseError as exc:
             if round_ == 0:
                 res["status"], res["error"] = "failed", f"unusable answer: {exc}"
@@ -104,4 +127,6 @@ class LLMExtractor:
             prior = res["mentions"].setdefault(e["name"], {**e, "count": 0})
             prior["count"] += e["count"]
         res["assertions"].extend(relationships)
+        for k, v in notes.items():  # what validation dropped from the reply, kept on the marker
+            res["notes"][k] = res["notes"].get(k, 0) + v
         return True

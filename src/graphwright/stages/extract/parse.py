@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import re
 
+from graphwright.stages.extract.validate import finite, is_name
+from graphwright.text.safe import clean_text
+
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
@@ -49,8 +52,12 @@ def _close_truncated(text: str) -> str:
     return head + "".join(reversed(_scan(head)[0]))
 
 
-def loads_lenient(text: str) -> object:
-    if text is None or not text.strip():
+def loads_lenient(text) -> object:
+    """The JSON value in an answer, repairing the usual defects; ParseError for anything else
+    (not text, no JSON, nested past the decoder's depth)."""
+    if not isinstance(text, str):
+        raise ParseError(f"answer is {type(text).__name__}, not text")
+    if not text.strip():
         raise ParseError("empty answer")
     fenced = _FENCE.search(text)
     body = fenced.group(1) if fenced else text
@@ -70,24 +77,35 @@ def loads_lenient(text: str) -> object:
             return value
         except json.JSONDecodeError as exc:
             last = exc
+        except RecursionError:
+            raise ParseError("JSON nested too deeply") from None
     raise ParseError(f"unparseable JSON ({last}): {text[:80]!r}")
 
 
 def _text(value) -> str:
-    return " ".join(str(value).split()) if value is not None else ""
+    """A reply field as one line of text; a field that is not text or a number is no text."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return ""
+    return " ".join(clean_text(str(value)).split())
 
 
 def _grounded(name: str, source: str) -> bool:
     return " ".join(name.split()).casefold() in source
 
 
-def parse_extraction(text: str, entity_types: list[str], source_text: str | None = None) -> tuple[list[dict], list[dict]]:
+def parse_extraction(text, entity_types: list[str], source_text: str | None = None, bounds=None,
+                     notes: dict | None = None) -> tuple[list[dict], list[dict]]:
     """(entities, relationships) as mention/assertion dicts. An object with empty lists is a valid
-    answer (a passage may name nothing); ParseError means the answer is not an extraction.
+    answer (a passage may name nothing); ParseError means the answer is not an extraction, or
+    breaks a bound of `bounds` (an ExtractConfig's max_* settings).
 
     With `source_text`, an entity whose name does not occur in it is dropped, and so is every
     relationship touching it: small models copy names from the prompt's example or invent them.
+    What was dropped or cut is counted into `notes`.
     """
+    notes = {} if notes is None else notes
+    if bounds is not None and isinstance(text, str) and len(text) > bounds.max_reply_chars:
+        raise ParseError(f"answer of {len(text)} characters, above extract.max_reply_chars={bounds.max_reply_chars}")
     data = loads_lenient(text)
     if isinstance(data, list):  # some models answer with the entity list alone
         data = {"entities": data, "relationships": []}
@@ -95,38 +113,61 @@ def parse_extraction(text: str, entity_types: list[str], source_text: str | None
         raise ParseError("answer is not a JSON object")
     if "entities" not in data and "relationships" not in data:
         raise ParseError(f"answer has no 'entities': {text[:80]!r}")
+    raw_entities, raw_relationships = data.get("entities") or [], data.get("relationships") or []
+    if not isinstance(raw_entities, list) or not isinstance(raw_relationships, list):
+        raise ParseError("'entities' and 'relationships' must be lists")
+    if bounds is not None:
+        for what, items, limit in (("entities", raw_entities, bounds.max_entities_per_chunk),
+                                   ("relationships", raw_relationships, bounds.max_relationships_per_chunk)):
+            if len(items) > limit:
+                raise ParseError(f"answer lists {len(items)} {what}, above extract.max_{what}_per_chunk={limit}")
+    max_name = bounds.max_name_chars if bounds is not None else 10**9
+    max_desc = bounds.max_description_chars if bounds is not None else 10**9
     allowed = {t.upper() for t in entity_types}
     entities: dict[str, dict] = {}
-    for item in data.get("entities") or []:
+    for item in raw_entities:
         if not isinstance(item, dict) or not _text(item.get("name")):
             continue
         name = _text(item["name"])
+        if not is_name(name, max_name):
+            notes["not_a_name"] = notes.get("not_a_name", 0) + 1
+            continue
         etype = _text(item.get("type")).upper().replace(" ", "_") or "ENTITY"
         entry = entities.setdefault(name.casefold(), {"name": name, "type": etype if etype in allowed else "ENTITY", "description": "", "count": 0})
         entry["count"] += 1
         desc = _text(item.get("description"))
+        if len(desc) > max_desc:
+            raise ParseError(f"a description of {len(desc)} characters, above extract.max_description_chars={max_desc}")
         if desc and desc not in entry["description"]:
-            entry["description"] = (entry["description"] + " " + desc).strip()
+            entry["description"] = (entry["description"] + " " + desc).strip()[:max_desc]
     relationships = []
-    for item in data.get("relationships") or []:
+    for item in raw_relationships:
         if not isinstance(item, dict):
             continue
         source, target = _text(item.get("source")), _text(item.get("target"))
         if not source or not target or source.casefold() == target.casefold():
             continue
+        if not is_name(source, max_name) or not is_name(target, max_name):
+            notes["not_a_name"] = notes.get("not_a_name", 0) + 1
+            continue
         for name in (source, target):  # an endpoint the model did not list is still an entity
             entities.setdefault(name.casefold(), {"name": name, "type": "ENTITY", "description": "", "count": 1})
-        try:
-            strength = float(item.get("strength", 1))
-        except (TypeError, ValueError):
-            strength = 1.0
+        desc = _text(item.get("description"))
+        if len(desc) > max_desc:
+            raise ParseError(f"a description of {len(desc)} characters, above extract.max_description_chars={max_desc}")
         relationships.append({
             "source": entities[source.casefold()]["name"], "target": entities[target.casefold()]["name"],
-            "description": _text(item.get("description")), "weight": max(0.0, min(strength, 10.0)),
+            "description": desc, "weight": max(0.0, min(finite(item.get("strength", 1)), 10.0)),
         })
     if source_text is not None:
-        source = " ".join(source_text.split()).casefold()
-        entities = {k: e for k, e in entities.items() if _grounded(e["name"], source)}
+        source = " ".join(clean_text(source_text).split()).casefold()
+        kept = {k: e for k, e in entities.items() if _grounded(e["name"], source)}
+        if len(kept) < len(entities):
+            notes["not_in_chunk"] = notes.get("not_in_chunk", 0) + len(entities) - len(kept)
+        entities = kept
         relationships = [r for r in relationships if r["source"].casefold() in entities and r["target"].casefold() in entities]
-
+    dropped = notes.get("not_a_name", 0) + notes.get("not_in_chunk", 0)
+    if bounds is not None and dropped >= 3 and dropped > bounds.max_dropped_fraction * (dropped + len(entities)):
+        raise ParseError(f"{dropped} of the names in the answer are not names or do not occur in the chunk, "
+                         f"above extract.max_dropped_fraction={bounds.max_dropped_fraction:g}")
     return list(entities.values()), relationships

@@ -32,5 +32,6 @@ EXTRACTION_BATCH_SCHEMA = pa.schema(
         ("mentions", pa.list_(MENTION_STRUCT)),
         ("assertions", pa.list_(ASSERTION_STRUCT)),
         ("calls", pa.list_(CALL_STRUCT)),  # LLM requests made (or answered by the cache) for the chunk
+        ("notes", pa.string()),  # JSON: what reply validation dropped, by reason (llm); null when nothing
     ]
 )

@@ -10,7 +10,12 @@ import pyarrow as pa
 from graphwright.pipeline.errors import TooManyReportFailures
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.report.extractive import build_reports
-from graphwright.stages.report.llm_reports import LLMReports, generator_of, to_table
+from graphwright.stages.report.llm_reports import (
+    LLMReports,
+    generator_of,
+    reports_by_hash,
+    to_table,
+)
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 
@@ -34,12 +39,13 @@ def execute(run, m: dict) -> dict:
     gen = generator_of(run.config.llm)
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
     if cfg.mode == "lazy":
-        # nothing is written now; a report whose community is gone or whose inputs changed
-        # (or that is not this model's and prompt's) must not leak into this version
-        old = previous.select(["community_id", "input_hash", "generator"]).to_pylist()
-        stale = [r["community_id"] for r in old if current.get(r["community_id"]) != r["input_hash"] or r["generator"] != gen]
-        removed = store.delete_in("community_reports", "community_id", stale) if stale else 0
-        stats = {"built": 0, "reused": len(old) - len(stale), "removed": removed, "planned": len(current)}
+        # nothing is written now. The reports queries wrote whose community still has the same
+        # inputs (and that are this model's and prompt's) are this version's; the rest must not
+        # leak into it
+        reports = [r for r in reports_by_hash(store, set(current.values())).values()
+                   if current.get(r["community_id"]) == r["input_hash"] and r["generator"] == gen]
+        diff = store.replace_if_changed("community_reports", to_table(reports))
+        stats = {"built": 0, "reused": len(reports), "removed": diff["removed"], "planned": len(current)}
         m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
         return stats
     rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous.to_pylist()})

@@ -119,6 +119,15 @@ def to_table(rows: list[dict]) -> pa.Table:
 
 
 _LAZY_WRITES = threading.Lock()
+REPORT_COLUMNS = contracts.schema("community_reports").arrow.names
+
+
+def reports_by_hash(store: IndexStore, hashes) -> dict[str, dict]:
+    """Reports with these input hashes, from the index's reports and the ones queries wrote."""
+    found = {}
+    for name in ("lazy_reports", "community_reports"):  # an index run's copy wins
+        found.update({r["input_hash"]: r for r in store.rows_in(name, "input_hash", hashes, REPORT_COLUMNS).to_pylist()})
+    return found
 
 
 def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportConfig, llm, *,
@@ -127,10 +136,12 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     ones (and the children reports their contexts need, first) for lazy mode.
 
     The graph is read at `pins` (a published version's table versions); reports are looked up by
-    input hash in the latest `community_reports`, so a report written for any version serves
-    every version whose community has the same inputs. New reports are upserted there (a failed
-    one is returned as its extractive fallback but not stored, so a later query retries it) and
-    the calls are recorded in llm_calls with stage 'report' under `run_id`."""
+    input hash in the latest `community_reports` and `lazy_reports`, so a report written for any
+    version serves every version whose community has the same inputs. New reports are appended
+    to `lazy_reports` (a failed one is returned as its extractive fallback but not stored, so a
+    later query retries it), never merged: a query and an index run never fail each other, and
+    the next index run copies them into `community_reports`. The calls are recorded in llm_calls
+    with stage 'report' under `run_id`."""
     def read(name, **kw):
         return store.read(name, version=(pins or {}).get(name), **kw)
 
@@ -142,11 +153,10 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     from graphwright.stages.report.llm import needed
 
     hashes = [reports.plans[c].input_hash for c in needed(reports.plans, targets)]
-    # one writer at a time in this process (concurrent queries of a server would otherwise race
-    # on the same MERGE); a report written meanwhile by another query is found, not paid twice
+    # one writer at a time in this process: a report written meanwhile by another query is found,
+    # not paid twice (across processes the LLM cache answers a request another process made)
     with _LAZY_WRITES:
-        existing = {r["input_hash"]: r for r in _read_in(store.read, "community_reports", "input_hash", hashes,
-                                                          contracts.schema("community_reports").arrow.names)}
+        existing = reports_by_hash(store, hashes)
         rows, calls, _ = reports.write(targets, existing)
         return _store_lazy(store, targets, rows, calls, existing, llm, run_id)
 
@@ -155,11 +165,13 @@ def _store_lazy(store: IndexStore, targets: list[str], rows: dict, calls: list, 
     from graphwright.engines.llm.cache import record_calls
 
     gen = generator_of(llm)
+    run_id = run_id or _query_run_id()
     fresh = [r for cid, r in rows.items() if r["generator"] == gen and existing.get(r["input_hash"], {}).get("community_id") != cid]
     if fresh:
-        store.upsert("community_reports", to_table(fresh))
+        table = to_table(fresh)
+        store.append("lazy_reports", table.append_column("run_id", pa.array([run_id] * table.num_rows, pa.string())))
     if calls:
-        record_calls(store, llm, run_id or _query_run_id(), "report", calls)
+        record_calls(store, llm, run_id, "report", calls)
     return [rows[c] for c in targets]
 
 
