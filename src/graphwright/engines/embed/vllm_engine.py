@@ -1,15 +1,21 @@
-"""vLLM's embedding task on GPU replicas (the [gpu] extra), through Ray Data's LLM processor."""
+"""vLLM's embedding task on GPU replicas (the [gpu] extra), through Ray Data's LLM processor.
+
+A processor builds its own actor pool, and so its own vLLM engines, every time it runs: the embed
+stage therefore runs it once over everything it embeds (`stream`), never once per batch. `encode`
+(one execution per call) is for a query's few texts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
+import pyarrow as pa
 
 from graphwright.config import EmbedConfig
 
 
 class VLLMEmbedder:
-    """vLLM's embedding task on GPU replicas through Ray Data's LLM processor (task_type="embed").
-    Each `encode` call is one Ray Data job, so the embed stage calls it from the driver."""
+    """vLLM's embedding task on GPU replicas through Ray Data's LLM processor (task_type="embed")."""
 
     def __init__(self, config: EmbedConfig):
         from ray.data.llm import build_processor, vLLMEngineProcessorConfig
@@ -35,3 +41,17 @@ class VLLMEmbedder:
         out = np.vstack([np.asarray(r["embeddings"], dtype=np.float32) for r in sorted(rows, key=lambda r: r["index"])])
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1, norms)
+
+    def stream(self, texts: pa.Array, batch_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(positions into `texts`, their normalized vectors) for every text, batch by batch as
+        the replicas finish them, from one execution of the processor: its engines start once."""
+        import ray.data
+
+        if not len(texts):
+            return
+        table = pa.table({"index": pa.array(np.arange(len(texts), dtype=np.int64)), "text": texts})
+        blocks = [table.slice(o, batch_rows) for o in range(0, table.num_rows, batch_rows)]
+        for batch in self.processor(ray.data.from_arrow(blocks)).iter_batches(batch_size=batch_rows, batch_format="pyarrow"):
+            vectors = np.vstack([np.asarray(v, dtype=np.float32) for v in batch.column("embeddings").to_pylist()])
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            yield batch.column("index").to_numpy(), vectors / np.where(norms == 0, 1, norms)

@@ -4,6 +4,7 @@ actor pool loads the model once; then write each kind's vector index (vector_fil
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,23 +37,39 @@ def execute(run, m: dict) -> dict:
     todo_parts.clear()
     # similar lengths in a batch waste less compute on padding
     todo = todo.take(pc.sort_indices(pc.utf8_length(todo["text"])))
-    on_driver = cfg.embed.engine == "vllm"  # it starts its own Ray Data job over GPU replicas
-    stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))),
-                       batch_size=cfg.execution.commit_every if on_driver else cfg.embed.batch_size,
-                       num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors, on_driver=on_driver)
     pending: list[pa.Table] = []
     embedded = todo.num_rows
-    for batch in run.map_batches("embed", todo, stage):
+    for batch in _embedded(run, todo):
         pending.append(batch)
         if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
             _commit_vectors(store, model, pending)
     _commit_vectors(store, model, pending)
-    del todo, stage  # the texts are not needed while the indexes are built
+    del todo  # the texts are not needed while the indexes are built
     files = {kind: write_vector_index(store, kind, model, cfg) for kind in counts}
     total = sum(c["embedded"] + c["reused"] for c in counts.values())
     m.update(rows_in=total, rows_out=embedded, model=model, **counts,
              work_unit="items", work_done=embedded, work_total=total)
     return {"vector_indexes": files, "counts": counts}
+
+
+def _embedded(run, todo: pa.Table):
+    """`todo`'s rows with a `vector` instead of their `text`, batch by batch."""
+    cfg = run.config
+    if cfg.embed.engine != "vllm":
+        stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
+                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+        yield from run.map_batches("embed", todo, stage)
+        return
+    from graphwright.engines.embed import make_embedder
+
+    # one execution of the processor over every text, so that the GPU replicas start once
+    rest = todo.drop_columns(["text"])
+    with run.progress.task("embed", todo.num_rows) as advance:
+        for positions, vectors in make_embedder(cfg.embed).stream(todo.column("text").combine_chunks(), cfg.embed.batch_size):
+            flat = pa.array(vectors.reshape(-1), type=pa.float32())
+            offsets = pa.array(np.arange(0, vectors.size + 1, max(vectors.shape[1], 1), dtype=np.int32))
+            advance(len(positions))
+            yield rest.take(pa.array(positions)).append_column("vector", pa.ListArray.from_arrays(offsets, flat))
 
 
 def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:
