@@ -35,6 +35,7 @@ def child(old: bool, corpus: str, index: str, commit_every: int) -> dict:
     llm = {"engine": "vllm", "model": "", "replicas": REPLICAS, "tensor_parallel_size": 1, "batch_size": 16, "concurrency": 8}
     if old:
         import graphwright.llm.vllm_engine as engine
+
         from graphwright.pipeline import run_index
 
         model = tempfile.mkdtemp(prefix="tiny-model-")  # a config only: nothing is downloaded

@@ -33,7 +33,7 @@ class FakeOpenAI(LoopbackServer):
         super().__init__(self._handler(), port=port)
 
     def fault(self, marker: str, *behaviours: str) -> None:
-        """Apply `behaviours` ('drop', '503', '400', 'malformed', 'badbody'; 'always:X' repeats X)
+        """Apply `behaviours` ('drop', '503', '400', 'malformed', 'badbody', 'invent'; 'always:X' repeats X)
         to requests whose chunk contains `marker`, one per request, then answer normally."""
         self.faults[marker] = list(behaviours)
 
@@ -102,6 +102,10 @@ class FakeOpenAI(LoopbackServer):
                 if fault == "badbody":
                     return self._send(200, b"<html>not json</html>", "text/html")
                 content = '{"entities": [{"name": ' if fault == "malformed" else fake._answer(body)
+                if fault == "invent":  # an otherwise good extraction naming someone the chunk does not
+                    data = json.loads(content)
+                    data["entities"].append({"name": "Zorblax Quux", "type": "PERSON", "description": "invented"})
+                    content = json.dumps(data)
                 if body.get("stream"):  # server-sent events, as OpenAI streams (GraphRAG's search streams)
                     return self._stream(body["model"], content)
                 self._send(200, json.dumps(standin.completion(body, content)).encode())

@@ -26,25 +26,28 @@ def prompts():
 
 @pytest.mark.skipif(not MODEL, reason="GRAPHWRIGHT_GPU_MODEL is not set")
 def test_vllm_extraction_throughput_against_bare_vllm(prompts):
+    """The run's Ray Serve LLM application (started once, timed apart) against bare vLLM on the
+    same prompts."""
     import ray
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
     from graphwright.config import LLMConfig
-    from graphwright.engines.llm.vllm_engine import VLLMEngine
-    from graphwright.stages.extract.llm import extraction_request
+    from graphwright.engines.llm.session import LLMSession
     from graphwright.stages.extract.parse import parse_extraction
     from graphwright.stages.extract.prompts import EXTRACTION_SCHEMA, system_prompt
+    from graphwright.stages.extract.requests import extraction_request
 
     system = system_prompt(["PERSON", "ORGANIZATION", "GEO", "EVENT", "CONCEPT"])
-    config = LLMConfig(engine="vllm", model=MODEL, replicas=1, batch_size=64, max_tokens=512, max_model_len=4096)
+    config = LLMConfig(engine="vllm", model=MODEL, replicas=1, batch_size=64, max_tokens=512, max_model_len=4096, concurrency=64)
     requests = [extraction_request(system, (("user", p),), config) for p in prompts]
 
-    ray.init(ignore_reinit_error=True)
-    engine = VLLMEngine(config)
+    session = LLMSession(config, name="graphwright-gpu-check")
+    engine = session.engine()
     started = time.perf_counter()
     responses = engine.complete(requests)
     ours = time.perf_counter() - started
+    session.close()
     ray.shutdown()
     ok = [r for r in responses if r.ok]
     assert len(ok) >= 0.9 * len(requests)
@@ -58,9 +61,31 @@ def test_vllm_extraction_throughput_against_bare_vllm(prompts):
     outputs = llm.chat(messages, params)
     bare = time.perf_counter() - started
     bare_tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    print(f"\ngraphwright vllm engine: {ours_tokens / ours:.0f} output tok/s ({len(ok)} answers, {parsed} parsed, {ours:.1f} s incl. engine start)")
+    print(f"\ngraphwright vllm engine: start-up {session.startup_s:.1f} s, then {ours_tokens / ours:.0f} output tok/s "
+          f"({len(ok)} answers, {parsed} parsed, {ours:.1f} s)")
     print(f"bare vLLM LLM.chat:      {bare_tokens / bare:.0f} output tok/s ({bare:.1f} s, engine already loaded)")
     print(f"throughput ratio graphwright / bare vLLM: {(ours_tokens / ours) / (bare_tokens / bare):.2f}")
+
+
+@pytest.mark.skipif(not MODEL, reason="GRAPHWRIGHT_GPU_MODEL is not set")
+def test_vllm_replicas_start_once_per_run(tmp_path):
+    """A run that extracts several commits' worth of chunks with vLLM and then writes LLM reports
+    starts its Serve replicas once: Ray's state API lists every replica actor the run created."""
+    import ray
+    from _helpers import CORPUS, make_config, run
+    from ray.util.state import list_actors
+
+    cfg = make_config(extract={"engine": "llm", "batch_size": 4},
+                      llm={"engine": "vllm", "model": MODEL, "replicas": 1, "max_model_len": 4096, "max_tokens": 512},
+                      report={"mode": "llm"}, execution={"executor": "local", "commit_every": 4})
+    summary = run([CORPUS], tmp_path / "index", cfg)
+    assert summary["chunks_extracted"] >= 3 * cfg.execution.commit_every and summary["recomputed"]["reports_built"] > 0
+    app = f"graphwright-{summary['run_id']}"
+    replicas = [a for a in list_actors(detail=True, limit=10_000) if f"ServeReplica:{app}:" in (a.class_name or "")]
+    print(f"\n{len(replicas)} replica actor(s) of {app} for {summary['chunks_extracted']} chunks and "
+          f"{summary['recomputed']['reports_built']} reports")
+    ray.shutdown()
+    assert len(replicas) == cfg.llm.replicas
 
 
 def test_cugraph_hierarchy_against_igraph():

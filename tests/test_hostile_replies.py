@@ -63,7 +63,7 @@ def test_names_that_are_not_names_or_not_in_the_chunk_are_dropped_and_counted():
     entities, relationships, notes = extract(reply)
     assert sorted(e["name"] for e in entities) == ["Mara Voss", "Port Elling", "Tobias Reed"]
     assert relationships == [{"source": "Mara Voss", "target": "Tobias Reed", "description": "", "weight": 1.0}]
-    assert notes == {"not_a_name": 2, "not_in_chunk": 1}
+    assert notes == {"not_a_name": 2, "not_in_chunk": 1, "not_an_entity": 1, "not_text": 1, "strength_out_of_range": 2}
 
 
 def test_lone_surrogates_in_a_reply_become_replacement_characters():
@@ -128,3 +128,39 @@ def test_the_extractor_key_changes_with_the_reply_bounds():
 
     llm = LLMConfig(model="m")
     assert extractor_key(ExtractConfig(engine="llm"), llm) != extractor_key(ExtractConfig(engine="llm", max_entities_per_chunk=50), llm)
+
+
+def test_a_repaired_reply_is_used_then_asked_once_more_and_the_second_is_trusted(tmp_path):
+    import shutil
+
+    from _helpers import CORPUS, make_config, run
+    from fake_openai import FakeOpenAI
+
+    from graphwright.storage.delta import IndexStore
+
+    shutil.copytree(CORPUS, tmp_path / "corpus")
+    with FakeOpenAI() as server:
+        cfg = make_config(extract={"engine": "llm"},
+                          llm={"engine": "openai", "model": "fake-model", "base_url": server.base_url, "api_key_env": None,
+                               "backoff_s": 0.01, "max_backoff_s": 0.05})
+        server.fault("Tobias Reed", "invent")  # the first chunk naming him gets an invented entity added
+        run([tmp_path / "corpus"], tmp_path / "index", cfg)
+        store = IndexStore(tmp_path / "index")
+        partial = store.read("extractions", where="status = 'partial'").to_pylist()
+        assert len(partial) == 1 and json.loads(partial[0]["notes"]) == {"not_in_chunk": 1}
+        assert "Zorblax Quux" not in {e["name"] for e in store.read("entities").to_pylist()}  # never in the graph
+        asked = len(server.requests)
+        run([tmp_path / "corpus"], tmp_path / "index", cfg)  # that chunk is asked once more, the rest come from nowhere
+        extraction_asks = [r for r in server.requests[asked:] if r["messages"][0]["content"].startswith("You extract")]
+        assert len(extraction_asks) == 1
+        assert store.count("extractions", where="status = 'partial'") == 0
+        asked = len(server.requests)
+        run([tmp_path / "corpus"], tmp_path / "index", cfg)
+        assert len(server.requests) == asked  # trusted now, answered from the cache
+
+
+def test_a_cut_off_reply_is_read_but_counted_as_truncated():
+    entities, _, notes = extract('{"entities": [{"name": "Mara Voss", "type": "PERSON"}, {"name": "Tobias Reed", "ty')
+    assert [e["name"] for e in entities] == ["Mara Voss", "Tobias Reed"] and notes == {"truncated": 1}
+    _, _, clean = extract('Here:\n```json\n{"entities": [{"name": "Mara Voss", "type": "PERSON",},],}\n```')
+    assert clean == {}  # fences, prose and trailing commas lose nothing

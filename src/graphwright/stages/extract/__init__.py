@@ -31,6 +31,8 @@ def execute(run, m: dict) -> dict:
         removed[name] = store.delete_in(name, "chunk_id", gone) if gone else 0
     done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'")
     todo = sorted(chunk_set - set(done.column("chunk_id").to_pylist()))
+    # chunks whose last reply needed repairs are asked once more (llm.py); the second reply is kept
+    retried = store.distinct("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'") if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
     # their new rows can be appended (per-commit deletes and merges scan whole tables)
     for name in ("mentions", "assertions"):
@@ -42,7 +44,7 @@ def execute(run, m: dict) -> dict:
     plan_stats: dict = {}
     if todo:
         texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
-        stage, work, copies, plan_stats = _extraction(run, texts, key)
+        stage, work, copies, plan_stats = _extraction(run, texts, key, retried)
         pending: list[pa.Table] = []
         try:
             for batch in run.map_batches("extract", work, stage):
@@ -76,7 +78,7 @@ def execute(run, m: dict) -> dict:
     return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_set) - len(todo), "extractor": key}
 
 
-def _extraction(run, texts: pa.Table, key: str) -> tuple[BatchStage, pa.Table, dict, dict]:
+def _extraction(run, texts: pa.Table, key: str, retried: set[str]) -> tuple[BatchStage, pa.Table, dict, dict]:
     """(the batch stage, the rows to send it, the copies to make of its results, planning
     figures) for the configured extractor."""
     cfg = run.config
@@ -87,7 +89,7 @@ def _extraction(run, texts: pa.Table, key: str) -> tuple[BatchStage, pa.Table, d
         return BatchStage("extract", NlpExtractor, (cfg.extract,), **common), texts, {}, {}
     from graphwright.stages.extract.llm import LLMExtractor
 
-    plan = plan_extraction(run.store, texts, cfg.extract, cfg.llm)
+    plan = plan_extraction(run.store, texts, cfg.extract, cfg.llm, retried)
     rounds = 1 + cfg.extract.gleanings
     asks = any(len(c) < rounds for c in plan.work.column("cached").to_pylist())
     session, ledger = run.llm, (str(run.store.root), run.run_id)
@@ -151,9 +153,9 @@ def _commit_extractions(run, results: list[pa.Table]) -> tuple[int, int, int]:
         "run_id": pa.array([run_id] * res.num_rows, pa.string()),
     })
     run.record_llm_calls("extract", _flatten(res, "calls", ["key", "prompt_version", "response", "cache_hit", "prompt_tokens",
-                                                            "completion_tokens", "latency_s", "attempts", "error"]))
+                                                            "completion_tokens", "latency_s", "attempts", "error", "cache"]))
     store.append("extractions", markers)
-    failed = res.num_rows - pc.sum(pc.equal(res.column("status"), "ok")).as_py()
+    failed = pc.sum(pc.equal(res.column("status"), "failed")).as_py() or 0
     return res.num_rows, mentions.num_rows, failed
 
 

@@ -61,6 +61,7 @@ class LLMExtractor:
         ids = list(zip(chunks.column("chunk_id").to_pylist(), chunks.column("doc_id").to_pylist()))
         texts = chunks.column("text").to_pylist()
         cached = chunks.column("cached").to_pylist() if "cached" in chunks.column_names else [[] for _ in texts]
+        retried = chunks.column("retried").to_pylist() if "retried" in chunks.column_names else [False] * len(texts)
         histories = [(("user", text),) for text in texts]
         results = [{"chunk_id": c, "doc_id": d, "extractor": self.key, "status": "ok", "error": None,
                     "mentions": {}, "assertions": [], "calls": [], "notes": {}} for c, d in ids]
@@ -86,8 +87,14 @@ class LLMExtractor:
                     histories[i] = next_history(histories[i], resp.text)
                     still.append(i)
             active = still
-        for res in results:
-            ok = res["status"] == "ok"
+        for res, trusted in zip(results, retried):
+            if res["status"] == "ok" and res["notes"] and not trusted:
+                # a reply that needed repairs is used now and asked once more next run (not
+                # cached), so that a broken answer is not final; the second one is trusted
+                res["status"] = "partial"
+                for call in res["calls"]:
+                    call["cache"] = False
+            ok = res["status"] in ("ok", "partial")
             res["mentions"] = sorted(res["mentions"].values(), key=lambda m: m["name"]) if ok else []
             res["assertions"] = merge_relationships(res["assertions"]) if ok else []
             res["notes"] = json.dumps(res["notes"], sort_keys=True) if res["notes"] else None
@@ -109,7 +116,7 @@ class LLMExtractor:
         res["calls"].append({
             "key": key, "prompt_version": PROMPT_VERSION, "response": resp.text, "cache_hit": hit,
             "prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-            "latency_s": resp.latency_s, "attempts": resp.attempts, "error": resp.error,
+            "latency_s": resp.latency_s, "attempts": resp.attempts, "error": resp.error, "cache": True,
         })
         if not resp.ok:
             if round_ == 0:  # a failed gleaning round keeps what the first round found

@@ -52,9 +52,10 @@ def _close_truncated(text: str) -> str:
     return head + "".join(reversed(_scan(head)[0]))
 
 
-def loads_lenient(text) -> object:
+def loads_lenient(text, notes: dict | None = None) -> object:
     """The JSON value in an answer, repairing the usual defects; ParseError for anything else
-    (not text, no JSON, nested past the decoder's depth)."""
+    (not text, no JSON, nested past the decoder's depth). An answer cut off mid-value (what was
+    cut is lost) is counted into `notes` as `truncated`."""
     if not isinstance(text, str):
         raise ParseError(f"answer is {type(text).__name__}, not text")
     if not text.strip():
@@ -71,9 +72,11 @@ def loads_lenient(text) -> object:
     attempts.append(attempts[-1].replace("'", '"'))
     decoder = json.JSONDecoder()
     last = None
-    for candidate in attempts:
+    for n, candidate in enumerate(attempts):
         try:
             value, _ = decoder.raw_decode(candidate)
+            if n >= 2 and notes is not None and candidate != attempts[1]:  # closed after a cut
+                notes["truncated"] = notes.get("truncated", 0) + 1
             return value
         except json.JSONDecodeError as exc:
             last = exc
@@ -106,7 +109,7 @@ def parse_extraction(text, entity_types: list[str], source_text: str | None = No
     notes = {} if notes is None else notes
     if bounds is not None and isinstance(text, str) and len(text) > bounds.max_reply_chars:
         raise ParseError(f"answer of {len(text)} characters, above extract.max_reply_chars={bounds.max_reply_chars}")
-    data = loads_lenient(text)
+    data = loads_lenient(text, notes)
     if isinstance(data, list):  # some models answer with the entity list alone
         data = {"entities": data, "relationships": []}
     if not isinstance(data, dict):
@@ -124,18 +127,33 @@ def parse_extraction(text, entity_types: list[str], source_text: str | None = No
     max_name = bounds.max_name_chars if bounds is not None else 10**9
     max_desc = bounds.max_description_chars if bounds is not None else 10**9
     allowed = {t.upper() for t in entity_types}
+
+    def note(reason: str) -> None:
+        notes[reason] = notes.get(reason, 0) + 1
+
+    def field(item: dict, key: str) -> str:
+        value = item.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+            note("not_text")
+        elif isinstance(value, str) and clean_text(value) != value:
+            note("replaced_characters")
+        return _text(value)
+
     entities: dict[str, dict] = {}
     for item in raw_entities:
-        if not isinstance(item, dict) or not _text(item.get("name")):
+        if not isinstance(item, dict) or not field(item, "name"):
+            note("not_an_entity")
             continue
-        name = _text(item["name"])
+        name = field(item, "name")
         if not is_name(name, max_name):
-            notes["not_a_name"] = notes.get("not_a_name", 0) + 1
+            note("not_a_name")
             continue
-        etype = _text(item.get("type")).upper().replace(" ", "_") or "ENTITY"
+        etype = field(item, "type").upper().replace(" ", "_") or "ENTITY"
+        if name.casefold() in entities:
+            note("duplicate")
         entry = entities.setdefault(name.casefold(), {"name": name, "type": etype if etype in allowed else "ENTITY", "description": "", "count": 0})
         entry["count"] += 1
-        desc = _text(item.get("description"))
+        desc = field(item, "description")
         if len(desc) > max_desc:
             raise ParseError(f"a description of {len(desc)} characters, above extract.max_description_chars={max_desc}")
         if desc and desc not in entry["description"]:
@@ -143,21 +161,26 @@ def parse_extraction(text, entity_types: list[str], source_text: str | None = No
     relationships = []
     for item in raw_relationships:
         if not isinstance(item, dict):
+            note("not_a_relationship")
             continue
-        source, target = _text(item.get("source")), _text(item.get("target"))
+        source, target = field(item, "source"), field(item, "target")
         if not source or not target or source.casefold() == target.casefold():
+            note("self_loop" if source and source.casefold() == target.casefold() else "not_a_relationship")
             continue
         if not is_name(source, max_name) or not is_name(target, max_name):
-            notes["not_a_name"] = notes.get("not_a_name", 0) + 1
+            note("not_a_name")
             continue
         for name in (source, target):  # an endpoint the model did not list is still an entity
             entities.setdefault(name.casefold(), {"name": name, "type": "ENTITY", "description": "", "count": 1})
-        desc = _text(item.get("description"))
+        desc = field(item, "description")
         if len(desc) > max_desc:
             raise ParseError(f"a description of {len(desc)} characters, above extract.max_description_chars={max_desc}")
+        strength = finite(item.get("strength", 1), default=float("nan"))
+        if strength != strength or not 0 <= strength <= 10:  # NaN, infinite, not a number, or out of the scale
+            note("strength_out_of_range")
         relationships.append({
             "source": entities[source.casefold()]["name"], "target": entities[target.casefold()]["name"],
-            "description": desc, "weight": max(0.0, min(finite(item.get("strength", 1)), 10.0)),
+            "description": desc, "weight": max(0.0, min(strength if strength == strength else 1.0, 10.0)),
         })
     if source_text is not None:
         source = " ".join(clean_text(source_text).split()).casefold()

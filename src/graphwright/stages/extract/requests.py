@@ -28,7 +28,8 @@ CACHED_ROUND = pa.struct([("key", pa.string()), ("response", pa.string()), ("pro
                           ("completion_tokens", pa.int64())])
 # what the extraction workers receive per chunk: its text and the answers of its first rounds the cache holds
 WORK_SCHEMA = pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()), ("text", pa.string()),
-                         ("cached", pa.list_(CACHED_ROUND))])
+                         ("cached", pa.list_(CACHED_ROUND)),
+                         ("retried", pa.bool_())])  # its last reply needed repairs: this one is trusted as it is
 
 
 def extraction_request(system: str, history: tuple[tuple[str, str], ...], config: LLMConfig) -> LLMRequest:
@@ -53,8 +54,10 @@ class ExtractionPlan:
     stats: dict
 
 
-def plan_extraction(store: IndexStore, chunks: pa.Table, config: ExtractConfig, llm: LLMConfig) -> ExtractionPlan:
-    """`chunks` (chunk_id, doc_id, text) to extract -> the rows to send and the copies to make."""
+def plan_extraction(store: IndexStore, chunks: pa.Table, config: ExtractConfig, llm: LLMConfig,
+                    retried: set[str] = frozenset()) -> ExtractionPlan:
+    """`chunks` (chunk_id, doc_id, text) to extract -> the rows to send and the copies to make.
+    `retried`: chunks whose last reply needed repairs (status partial)."""
     stats = {"lookup_s": 0.0, "lookup_keys": 0, "duplicates": 0}
     system = system_prompt(config.entity_types)
     ids, docs, texts = (chunks.column(c).to_pylist() for c in ("chunk_id", "doc_id", "text"))
@@ -95,6 +98,7 @@ def plan_extraction(store: IndexStore, chunks: pa.Table, config: ExtractConfig, 
         "doc_id": pa.array([docs[i] for i in sent], pa.string()),
         "text": pa.array([texts[i] for i in sent], pa.string()),
         "cached": pa.array([cached[i] for i in sent], pa.list_(CACHED_ROUND)),
+        "retried": pa.array([ids[i] in retried for i in sent], pa.bool_()),
     }, schema=WORK_SCHEMA)
     return ExtractionPlan(work, copies, stats)
 

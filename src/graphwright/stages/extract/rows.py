@@ -18,7 +18,7 @@ ASSERTION_STRUCT = pa.struct(
 CALL_STRUCT = pa.struct(
     [("key", pa.string()), ("prompt_version", pa.string()), ("response", pa.string()), ("cache_hit", pa.bool_()),
      ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()), ("latency_s", pa.float64()),
-     ("attempts", pa.int32()), ("error", pa.string())]
+     ("attempts", pa.int32()), ("error", pa.string()), ("cache", pa.bool_())]
 )
 
 
@@ -27,7 +27,7 @@ EXTRACTION_BATCH_SCHEMA = pa.schema(
         ("chunk_id", pa.string()),
         ("doc_id", pa.string()),
         ("extractor", pa.string()),
-        ("status", pa.string()),
+        ("status", pa.string()),  # ok | partial (a repaired reply, asked once more next run) | failed
         ("error", pa.string()),
         ("mentions", pa.list_(MENTION_STRUCT)),
         ("assertions", pa.list_(ASSERTION_STRUCT)),
