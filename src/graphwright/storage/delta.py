@@ -162,11 +162,11 @@ class IndexStore:
         select = ", ".join([f'"{c}"' for c in columns] + [f'{sql} AS "{into}"' for into, (sql, _) in derived.items()])
         return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {select} FROM t").read_all()).cast(schema)
 
-    def scanner(self, name: str, *, where: str | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
+    def scanner(self, name: str, *, where: str | None = None, version: int | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
         """A function from columns to the table's rows as record batches (DataFusion streams them:
         the table is never whole in memory). Every call reads the version current when the
-        scanner was made."""
-        dt = self._table(name)
+        scanner was made (or `version`)."""
+        dt = self._table(name, version)
 
         def scan(columns: list[str]) -> Iterator[pa.RecordBatch]:
             schema, query = self._query(name, dt, columns, where)
@@ -183,17 +183,17 @@ class IndexStore:
             values.update(pc.unique(batch.column(column)).to_pylist())
         return values
 
-    def rows_in(self, name: str, column: str, values, columns: list[str]) -> pa.Table:
-        """Rows whose `column` is one of `values`. A few keys are asked for with IN-lists; many
-        are found in one streaming pass with an Arrow filter (each IN-list query rescans the
-        table, which made a stage asking for 1M chunk ids quadratic)."""
+    def rows_in(self, name: str, column: str, values, columns: list[str], version: int | None = None) -> pa.Table:
+        """Rows whose `column` is one of `values` (at `version`). A few keys are asked for with
+        IN-lists; many are found in one streaming pass with an Arrow filter (each IN-list query
+        rescans the table, which made a stage asking for 1M chunk ids quadratic)."""
         values = sorted(set(values))
         if len(values) <= IN_LIST_KEYS:
-            return read_in(self.read, name, column, values, columns)
+            return read_in(lambda n, **kw: self.read(n, version=version, **kw), name, column, values, columns)
         wanted = pa.array(values, pa.string())
         read = list(dict.fromkeys([column, *columns]))
         schema = contracts.schema(name).arrow
-        batches = [b.filter(pc.is_in(b.column(column), value_set=wanted)) for b in self.scanner(name)(read)]
+        batches = [b.filter(pc.is_in(b.column(column), value_set=wanted)) for b in self.scanner(name, version=version)(read)]
         return pa.Table.from_batches(batches, schema=pa.schema([schema.field(c) for c in read])).select(columns)
 
     def _query(self, name: str, dt: DeltaTable | None, columns: list[str] | None, where: str | None):

@@ -16,16 +16,12 @@ from graphwright.stages.report.extractive import (
     report_context,
 )
 from graphwright.storage import contracts
-from graphwright.storage.delta import IndexStore, read_in
+from graphwright.storage.delta import IndexStore
 
 ENTITY_COLUMNS = ["entity_id", "name", "type", "description", "degree", "mention_count", "chunk_ids"]
 
 
 RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "weight", "chunk_ids"]
-
-
-def _read_in(read: Callable, name: str, column: str, values, columns: list[str]) -> list[dict]:
-    return read_in(read, name, column, values, columns).to_pylist()
 
 
 def _subtree(communities: dict[str, dict], roots: list[str]) -> list[dict]:
@@ -40,10 +36,10 @@ def _subtree(communities: dict[str, dict], roots: list[str]) -> list[dict]:
 
 class LLMReports:
     """Plans and writes LLM reports for some communities of an index (all of them at index time;
-    those a query touches, and the children they need, in lazy mode), reading the graph through
-    `read` (IndexStore.read, or a published version's pinned read)."""
+    those a query touches, and the children they need, in lazy mode), reading the graph at `pins`
+    (a published version's table versions; the current ones by default)."""
 
-    def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], read: Callable | None = None,
+    def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], pins: dict[str, int] | None = None,
                  engine: Callable[[], object] | None = None):
         """`engine`: the engine to write with, started on the first request the cache cannot
         answer (the run's session; by default this process's query session)."""
@@ -51,14 +47,18 @@ class LLMReports:
 
         self.store, self.config, self.llm = store, config, llm
         self.engine = engine or (lambda: _query_engine(llm))
-        read = read or store.read
+        pins = pins or {}
+
+        def rows(name: str, column: str, values, columns: list[str]) -> list[dict]:  # one scan for many keys
+            return store.rows_in(name, column, values, columns, version=pins.get(name)).to_pylist()
+
         members = {e for c in communities for e in c["entity_ids"]}  # children's members are their parent's
-        self.ent = {r["entity_id"]: r for r in _read_in(read, "entities", "entity_id", members, ENTITY_COLUMNS)}
-        self.rel = {r["relationship_id"]: r for r in _read_in(
-            read, "relationships", "relationship_id", {r for c in communities for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
+        self.ent = {r["entity_id"]: r for r in rows("entities", "entity_id", members, ENTITY_COLUMNS)}
+        self.rel = {r["relationship_id"]: r for r in rows(
+            "relationships", "relationship_id", {r for c in communities for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
         wanted = {ch for c in communities if c["size"] >= config.min_size
                   for ch in candidate_chunks(c, self.ent, self.rel, config.context_chunks)}
-        chunk_text = {r["chunk_id"]: r["text"] for r in _read_in(read, "chunks", "chunk_id", wanted, ["chunk_id", "text"])}
+        chunk_text = {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
         self.communities = {c["community_id"]: c for c in communities}
         self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model)
         self.lookup_stats: dict = {}
@@ -149,7 +149,7 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     targets = [c for c in dict.fromkeys(community_ids) if c in everything and everything[c]["size"] >= config.min_size]
     if not targets:
         return []
-    reports = LLMReports(store, config, llm, _subtree(everything, targets), read)
+    reports = LLMReports(store, config, llm, _subtree(everything, targets), pins)
     from graphwright.stages.report.llm import needed
 
     hashes = [reports.plans[c].input_hash for c in needed(reports.plans, targets)]
