@@ -57,24 +57,28 @@ class ExtractionPlan:
 def plan_extraction(store: IndexStore, chunks: pa.Table, config: ExtractConfig, llm: LLMConfig,
                     retried: set[str] = frozenset()) -> ExtractionPlan:
     """`chunks` (chunk_id, doc_id, text) to extract -> the rows to send and the copies to make.
-    `retried`: chunks whose last reply needed repairs (status partial)."""
+    `retried`: chunks whose last reply needed repairs (status partial). Texts stay in Arrow: a
+    slice at a time becomes Python strings, to hash their requests."""
     stats = {"lookup_s": 0.0, "lookup_keys": 0, "duplicates": 0}
     system = system_prompt(config.entity_types)
-    ids, docs, texts = (chunks.column(c).to_pylist() for c in ("chunk_id", "doc_id", "text"))
-    histories = [(("user", t),) for t in texts]
-    keys = [extraction_request(system, h, llm).cache_key(llm.model) for h in histories]
+    ids, docs, texts = (chunks.column(c) for c in ("chunk_id", "doc_id", "text"))
     first: dict[str, int] = {}
     copies: dict[str, list[tuple[str, str]]] = {}
-    sent = []
-    for i, key in enumerate(keys):
-        if key in first:
-            copies.setdefault(ids[first[key]], []).append((ids[i], docs[i]))
-        else:
-            first[key] = i
-            sent.append(i)
-    stats["duplicates"] = len(keys) - len(sent)
-    cached: dict[int, list[dict]] = {i: [] for i in sent}
-    active = {i: keys[i] for i in sent}
+    sent: list[int] = []
+    keys: list[str] = []
+    for start in range(0, chunks.num_rows, SLICE):
+        for offset, text in enumerate(texts.slice(start, SLICE).to_pylist()):
+            i, key = start + offset, extraction_request(system, (("user", text),), llm).cache_key(llm.model)
+            if key in first:
+                copies.setdefault(ids[first[key]].as_py(), []).append((ids[i].as_py(), docs[i].as_py()))
+            else:
+                first[key] = i
+                sent.append(i)
+                keys.append(key)
+    del first
+    stats["duplicates"] = chunks.num_rows - len(sent)
+    cached: dict[int, list[dict]] = {}  # position in `sent` -> the cached answers of its first rounds
+    active = dict(enumerate(keys))
     for round_ in range(1 + config.gleanings):
         found = lookup(store, list(active.values()), stats)
         if not found.num_rows:
@@ -82,25 +86,27 @@ def plan_extraction(store: IndexStore, chunks: pa.Table, config: ExtractConfig, 
         where = pc.index_in(pa.array(list(active.values()), pa.string()), value_set=found.column("key")).to_pylist()
         rows = found.to_pylist()
         following = {}
-        for (i, key), at in zip(active.items(), where):
+        for (n, _), at in zip(active.items(), where):
             if at is None:
                 continue
-            cached[i].append(rows[at])
-            if round_ < config.gleanings:
-                histories[i] = next_history(histories[i], rows[at]["response"])
-                following[i] = extraction_request(system, histories[i], llm).cache_key(llm.model)
+            cached.setdefault(n, []).append(rows[at])
+            if round_ < config.gleanings:  # the next round's request holds this answer
+                history = (("user", texts[sent[n]].as_py()),)
+                for answer in cached[n]:
+                    history = next_history(history, answer["response"])
+                following[n] = extraction_request(system, history, llm).cache_key(llm.model)
         active = following
         if not active:
             break
     stats["cached_rounds"] = sum(len(c) for c in cached.values())
-    work = pa.table({
-        "chunk_id": pa.array([ids[i] for i in sent], pa.string()),
-        "doc_id": pa.array([docs[i] for i in sent], pa.string()),
-        "text": pa.array([texts[i] for i in sent], pa.string()),
-        "cached": pa.array([cached[i] for i in sent], pa.list_(CACHED_ROUND)),
-        "retried": pa.array([ids[i] in retried for i in sent], pa.bool_()),
-    }, schema=WORK_SCHEMA)
-    return ExtractionPlan(work, copies, stats)
+    positions = pa.array(sent, pa.int64())
+    work = chunks.select(["chunk_id", "doc_id", "text"]).take(positions)
+    work = work.append_column("cached", pa.array([cached.get(n, []) for n in range(len(sent))], pa.list_(CACHED_ROUND)))
+    work = work.append_column("retried", pc.is_in(work.column("chunk_id"), value_set=pa.array(sorted(retried), pa.string())))
+    return ExtractionPlan(work.cast(WORK_SCHEMA), copies, stats)
+
+
+SLICE = 65_536  # texts turned into Python strings at a time
 
 
 def with_copies(results: pa.Table, copies: dict[str, list[tuple[str, str]]]) -> pa.Table:
