@@ -99,8 +99,8 @@ def test_the_cache_is_read_once_per_stage_round_never_per_batch(server, corpus, 
             return real(self, name, *args, **kw)
         return read
 
-    monkeypatch.setattr(IndexStore, "scanner", counting(IndexStore.scanner))
-    monkeypatch.setattr(IndexStore, "read", counting(IndexStore.read))
+    for reader in ("scanner", "read", "semi_join", "rows_in"):
+        monkeypatch.setattr(IndexStore, reader, counting(getattr(IndexStore, reader)))
     monkeypatch.setattr(IndexStore, "upsert", _refuse_merge(IndexStore.upsert))
     cfg = llm_config(server)
     cfg.extract.gleanings, cfg.extract.batch_size = 1, 2

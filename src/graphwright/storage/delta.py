@@ -190,11 +190,24 @@ class IndexStore:
         values = sorted(set(values))
         if len(values) <= IN_LIST_KEYS:
             return read_in(lambda n, **kw: self.read(n, version=version, **kw), name, column, values, columns)
-        wanted = pa.array(values, pa.string())
-        read = list(dict.fromkeys([column, *columns]))
+        return self.semi_join(name, column, pa.array(values, pa.string()), columns, version=version)
+
+    def semi_join(self, name: str, column: str, values: pa.Array, columns: list[str], *, version: int | None = None) -> pa.Table:
+        """Rows whose `column` is one of `values`, in one hash join (DataFusion, `values` as the
+        build side, written to a scratch table): a filter per scanned batch rebuilt a hash set of
+        all the values every time (24 s against 2.3 s for 409k relationship ids)."""
         schema = contracts.schema(name).arrow
-        batches = [b.filter(pc.is_in(b.column(column), value_set=wanted)) for b in self.scanner(name, version=version)(read)]
-        return pa.Table.from_batches(batches, schema=pa.schema([schema.field(c) for c in read])).select(columns)
+        empty = pa.schema([schema.field(c) for c in columns]).empty_table()
+        dt = self._table(name, version)
+        if dt is None or not len(values):
+            return empty
+        with tempfile.TemporaryDirectory(prefix="graphwright-keys-") as folder:
+            write_deltalake(folder, pa.table({"__key": pc.unique(values.cast(schema.field(column).type))}))
+            absent = {f.name for f in _missing_fields(name, dt)}
+            select = ", ".join(f'NULL AS "{c}"' if c in absent else f't."{c}"' for c in columns)
+            query = (QueryBuilder().register("t", dt).register("k", DeltaTable(folder))
+                     .execute(f'SELECT {select} FROM t JOIN k ON t."{column}" = k."__key"'))
+            return pa.table(query.read_all()).cast(empty.schema) if columns else empty
 
     def _query(self, name: str, dt: DeltaTable | None, columns: list[str] | None, where: str | None):
         """(the contract's schema for `columns`, a DataFusion batch reader or None if no table)."""

@@ -2,8 +2,8 @@
 with the token counts it cost when it was made.
 
 Lookups are made for many keys at once, once per stage (or per round of a stage, or per wave of
-reports), never per batch: the key column is scanned once and responses are read only when a
-key hit, so what a lookup costs per key does not grow with the cache. (A `key IN (...)` query
+reports), never per batch: one hash join of the keys against the key column, then a second for
+the answers of those that hit, so what a lookup costs per key does not grow with the cache. (A `key IN (...)` query
 per batch scanned the whole key column every time: random sha256 keys defeat Parquet
 statistics, and the total grew with the square of the corpus.)
 
@@ -36,12 +36,10 @@ def lookup(store: IndexStore, keys: Iterable[str] | pa.Array, stats: dict | None
     wanted = pc.unique(pa.array(keys, pa.string()) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys)
     found = ANSWER_SCHEMA.empty_table()
     if len(wanted) and store.exists("llm_cache"):
-        scan = store.scanner("llm_cache")  # both passes read one snapshot
-        hit = [b.column("key").filter(pc.is_in(b.column("key"), value_set=wanted)) for b in scan(["key"])]
-        hits = pc.unique(pa.chunked_array(hit, pa.string()).combine_chunks()) if hit else pa.array([], pa.string())
+        version = store.version("llm_cache")  # both passes read one snapshot
+        hits = pc.unique(store.semi_join("llm_cache", "key", wanted, ["key"], version=version).column("key").combine_chunks())
         if len(hits):
-            parts = [pa.Table.from_batches([b]).filter(pc.is_in(b.column("key"), value_set=hits)) for b in scan(ANSWER_COLUMNS)]
-            table = pa.concat_tables([ANSWER_SCHEMA.empty_table(), *(p.cast(ANSWER_SCHEMA) for p in parts)])
+            table = store.semi_join("llm_cache", "key", hits, ANSWER_COLUMNS, version=version).cast(ANSWER_SCHEMA)
             found = table.take(pc.index_in(hits, value_set=table.column("key")))  # the first row of a key stored twice
     if stats is not None:
         stats["lookup_s"] = stats.get("lookup_s", 0.0) + time.perf_counter() - started
@@ -55,10 +53,8 @@ def cached_tokens(store: IndexStore, keys: Iterable[str]) -> int:
     wanted = pc.unique(pa.array(list(keys), pa.string()))
     if not len(wanted) or not store.exists("llm_cache"):
         return 0
-    parts = [pa.Table.from_batches([b]).filter(pc.is_in(b.column("key"), value_set=wanted))
-             for b in store.scanner("llm_cache")(["key", "prompt_tokens", "completion_tokens"])]
-    table = pa.concat_tables(parts) if parts else None
-    if table is None or not table.num_rows:
+    table = store.semi_join("llm_cache", "key", wanted, ["key", "prompt_tokens", "completion_tokens"])
+    if not table.num_rows:
         return 0
     table = table.take(pc.index_in(pc.unique(table.column("key")), value_set=table.column("key")))
     return int((pc.sum(table.column("prompt_tokens")).as_py() or 0) + (pc.sum(table.column("completion_tokens")).as_py() or 0))

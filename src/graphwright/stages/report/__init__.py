@@ -34,7 +34,7 @@ def execute(run, m: dict) -> dict:
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         return stats
     run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
-    communities = store.read("communities")
+    communities = _communities_without_chunk_lists(store)
     llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist(), engine=run.llm.engine)
     gen = generator_of(run.config.llm)
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}

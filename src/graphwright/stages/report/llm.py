@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from graphwright import ids
@@ -99,39 +100,80 @@ def candidate_chunks(community: dict, ent: dict, rel: dict, n: int) -> list[str]
     return [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
-def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: dict[str, str], config, model: str) -> dict[str, Plan]:
+MIN_ROW_COST = 3  # a row's prompt tokens are at least its id, its separator and one token of text
+
+
+class _Costs:
+    """Prompt tokens of rows, counted when first asked for (a plan looks at the rows that can
+    fit its budget, not every row of a large community)."""
+
+    def __init__(self, text: Callable[[str], str]):
+        self.text, self.tokens = text, {}
+
+    def of(self, ids) -> list[int]:
+        missing = [i for i in dict.fromkeys(ids) if i not in self.tokens]
+        if missing:  # +2: the row's id and separator in the prompt
+            self.tokens.update(zip(missing, (n + 2 for n in count_tokens([self.text(i) for i in missing]))))
+        return [self.tokens[i] for i in ids]
+
+    def __getitem__(self, i: str) -> int:
+        return self.of([i])[0]
+
+
+def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Callable[[set[str]], dict[str, str]], config,
+                 model: str) -> dict[str, Plan]:
     """A plan per community of at least `min_size` entities among `communities` (which must
     include the descendants of every community to plan). `ent`/`rel` need name, type (entities),
-    source, target (relationships), description, degree / weight and chunk_ids."""
+    source, target (relationships), description, degree / weight and chunk_ids; a community
+    needs its `n_chunks` (or `chunk_ids`). `chunk_text(ids)` reads the texts of the candidate
+    text units, asked once for those of every community that can take some."""
     eligible = {c["community_id"]: c for c in communities if c["size"] >= config.min_size}
-    used_e = {e for c in eligible.values() for e in c["entity_ids"] if e in ent}
-    used_r = {r for c in eligible.values() for r in c["relationship_ids"] if r in rel}
-    e_ids, r_ids = sorted(used_e), sorted(used_r)
-    e_text = {i: entity_row(ent[i]) for i in e_ids}
-    r_text = {i: relationship_row(rel[i]) for i in r_ids}
-    # +2: the row's id and separator in the prompt
-    e_cost = dict(zip(e_ids, (n + 2 for n in count_tokens([e_text[i] for i in e_ids]))))
-    r_cost = dict(zip(r_ids, (n + 2 for n in count_tokens([r_text[i] for i in r_ids]))))
-    c_text = {c: _clean(t) for c, t in chunk_text.items()}
+    e_text, r_text = {}, {}
+
+    def entity_text(i: str) -> str:
+        return e_text[i] if i in e_text else e_text.setdefault(i, entity_row(ent[i]))
+
+    def relationship_text(i: str) -> str:
+        return r_text[i] if i in r_text else r_text.setdefault(i, relationship_row(rel[i]))
+
+    e_cost, r_cost = _Costs(entity_text), _Costs(relationship_text)
+    order = sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"]))
+    rows: dict[str, tuple] = {}  # what each plan lists: (entities, relationships, children, room for text units)
+    for c in order:  # deepest first: a parent's children are planned before it
+        rows[c["community_id"]] = _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
+    wanted = {cid: candidate_chunks(eligible[cid], ent, rel, config.context_chunks)
+              for cid, (_, _, children, room) in rows.items() if not children and room > 0}
+    c_text = {c: _clean(t) for c, t in chunk_text({ch for chunks in wanted.values() for ch in chunks}).items()}
     c_cost = dict(zip(c_text, (n + 2 for n in count_tokens(list(c_text.values())))))
     gen = generator(model)
     plans: dict[str, Plan] = {}
-    for c in sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"])):
-        plans[c["community_id"]] = _plan(c, eligible, plans, ent, rel, e_text, r_text, c_text, e_cost, r_cost, c_cost, config, gen)
+    for c in order:
+        keep_e, keep_r, children, room = rows[c["community_id"]]
+        chunks: list[str] = []
+        for ch in wanted.get(c["community_id"], ()):
+            if ch in c_cost and c_cost[ch] <= room:
+                chunks.append(ch)
+                room -= c_cost[ch]
+        plans[c["community_id"]] = _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost,
+                                         entity_text, relationship_text, c_text, config, gen)
     return plans
 
 
-def _plan(c, eligible, plans, ent, rel, e_text, r_text, c_text, e_cost, r_cost, c_cost, config, gen) -> Plan:
+def _rows(c, eligible, planned, ent, rel, e_cost, r_cost, config) -> tuple[list[str], list[str], list[str], int]:
+    """The rows a community's context lists, the children whose reports stand in for the rest,
+    and the room left for text units (when it uses no child report)."""
     budget, share = config.context_tokens, config.child_report_tokens
-    keep_e = [e for e in c["entity_ids"] if e in e_text]
-    keep_r = [r for r in c["relationship_ids"] if r in r_text]
+    keep_e = [e for e in c["entity_ids"] if e in ent]
+    keep_r = [r for r in c["relationship_ids"] if r in rel]
 
-    def cost(es, rs, n_children):
-        return sum(e_cost[e] for e in es) + sum(r_cost[r] for r in rs) + share * n_children
+    def fits(es, rs, n_children) -> bool:
+        if MIN_ROW_COST * (len(es) + len(rs)) + share * n_children > budget:
+            return False  # decided without counting a token
+        return sum(e_cost.of(es)) + sum(r_cost.of(rs)) + share * n_children <= budget
 
     children: list[str] = []
-    if cost(keep_e, keep_r, 0) > budget:
-        kids = sorted((eligible[k] for k in c["children_ids"] if k in plans), key=lambda k: (-k["size"], k["community_id"]))
+    if not fits(keep_e, keep_r, 0):
+        kids = sorted((eligible[k] for k in c["children_ids"] if k in planned), key=lambda k: (-k["size"], k["community_id"]))
         for kid in kids:
             if share * (len(children) + 1) > budget:
                 break
@@ -139,21 +181,20 @@ def _plan(c, eligible, plans, ent, rel, e_text, r_text, c_text, e_cost, r_cost, 
             gone_e, gone_r = set(kid["entity_ids"]), set(kid["relationship_ids"])
             keep_e = [e for e in keep_e if e not in gone_e]
             keep_r = [r for r in keep_r if r not in gone_r]
-            if cost(keep_e, keep_r, len(children)) <= budget:
+            if fits(keep_e, keep_r, len(children)):
                 break
-    if cost(keep_e, keep_r, len(children)) > budget:  # still too big: keep the best-ranked rows that fit
+    if not fits(keep_e, keep_r, len(children)):  # still too big: keep the best-ranked rows that fit
         keep_e, keep_r = _trim(keep_e, keep_r, ent, rel, e_cost, r_cost, budget - share * len(children))
-    chunks: list[str] = []
-    if not children:
-        room = budget - cost(keep_e, keep_r, 0)
-        for ch in candidate_chunks(c, ent, rel, config.context_chunks):
-            if ch in c_cost and c_cost[ch] <= room:
-                chunks.append(ch)
-                room -= c_cost[ch]
+    room = budget - sum(e_cost.of(keep_e)) - sum(r_cost.of(keep_r)) if not children else 0
+    return keep_e, keep_r, children, room
+
+
+def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_text, r_text, c_text, config, gen) -> Plan:
+    share = config.child_report_tokens
     # listed by text, not by rank: a weight that changes without changing what is selected must
     # not change the context (and so trigger a new report)
-    entities = sorted(((e, e_text[e]) for e in keep_e), key=lambda t: (t[1], t[0]))
-    relationships = sorted(((r, r_text[r]) for r in keep_r), key=lambda t: (t[1], t[0]))
+    entities = sorted(((e, e_text(e)) for e in keep_e), key=lambda t: (t[1], t[0]))
+    relationships = sorted(((r, r_text(r)) for r in keep_r), key=lambda t: (t[1], t[0]))
     chunk_rows = sorted(((ch, c_text[ch]) for ch in chunks), key=lambda t: t[0])
     payload = {
         "entities": [t for _, t in entities], "relationships": [t for _, t in relationships],
@@ -161,19 +202,24 @@ def _plan(c, eligible, plans, ent, rel, e_text, r_text, c_text, e_cost, r_cost, 
         "child_report_tokens": share if children else None,
     }
     input_hash = ids.stable_id("report-input", gen, json.dumps(payload, sort_keys=True, ensure_ascii=False), length=32)
-    n_chunks = len(c["chunk_ids"])
+    n_chunks = c["n_chunks"] if "n_chunks" in c else len(c["chunk_ids"])
+    tokens = sum(e_cost.of(keep_e)) + sum(r_cost.of(keep_r)) + share * len(children) + sum(c_cost[ch] for ch in chunks)
     return Plan(c["community_id"], c["level"], input_hash, entities, relationships, chunk_rows, children,
-                rating=round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2,
-                tokens=cost(keep_e, keep_r, len(children)) + sum(c_cost[ch] for ch in chunks), needs=list(children))
+                rating=round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2, tokens=tokens, needs=list(children))
 
 
 def _trim(es, rs, ent, rel, e_cost, r_cost, budget) -> tuple[list[str], list[str]]:
-    """Entities by degree and relationships by weight, alternately, while they fit."""
+    """Entities by degree and relationships by weight, alternately, while they fit (a row is
+    costed only while some room is left)."""
     ranked_e = sorted(es, key=lambda e: (-ent[e]["degree"], e))
     ranked_r = sorted(rs, key=lambda r: (-rel[r]["weight"], r))
     kept_e, kept_r, used = [], [], 0
     for i in range(max(len(ranked_e), len(ranked_r))):
+        if budget - used < MIN_ROW_COST:
+            break  # no row fits any more
         for items, costs, kept in ((ranked_e, e_cost, kept_e), (ranked_r, r_cost, kept_r)):
+            if i % 256 == 0:
+                costs.of(items[i:i + 256])  # costed a slice at a time, in rank order
             if i < len(items) and used + costs[items[i]] <= budget:
                 kept.append(items[i])
                 used += costs[items[i]]

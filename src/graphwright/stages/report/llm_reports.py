@@ -43,7 +43,7 @@ class LLMReports:
                  engine: Callable[[], object] | None = None):
         """`engine`: the engine to write with, started on the first request the cache cannot
         answer (the run's session; by default this process's query session)."""
-        from graphwright.stages.report.llm import candidate_chunks, plan_reports
+        from graphwright.stages.report.llm import plan_reports
 
         self.store, self.config, self.llm = store, config, llm
         self.engine = engine or (lambda: _query_engine(llm))
@@ -56,9 +56,9 @@ class LLMReports:
         self.ent = {r["entity_id"]: r for r in rows("entities", "entity_id", members, ENTITY_COLUMNS)}
         self.rel = {r["relationship_id"]: r for r in rows(
             "relationships", "relationship_id", {r for c in communities for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
-        wanted = {ch for c in communities if c["size"] >= config.min_size
-                  for ch in candidate_chunks(c, self.ent, self.rel, config.context_chunks)}
-        chunk_text = {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
+        def chunk_text(wanted: set[str]) -> dict[str, str]:
+            return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
+
         self.communities = {c["community_id"]: c for c in communities}
         self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model)
         self.lookup_stats: dict = {}
