@@ -197,10 +197,15 @@ def _print_summary(s: dict) -> None:
 @app.command()
 def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Newest runs to show.")] = 20, as_json: JsonOpt = False) -> None:
     """Each run: status, duration, what changed, errors."""
+    from graphwright.ops.runs import INTERRUPTED, settle
+
     store = existing_index(index_dir)
+    interrupted = settle(store)  # runs left `running` by a dead process
     rows = sorted(store.read("runs").to_pylist(), key=lambda r: r["started_at"], reverse=True)[:limit]
     report = []
     for r in rows:
+        if r["status"] == "running" and r["run_id"] in interrupted:  # the lock is held: shown, not written
+            r["status"], r["error"] = "interrupted", INTERRUPTED
         summary = json.loads(r["summary"] or "{}")
         seconds = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
         report.append({
