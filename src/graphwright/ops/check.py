@@ -146,7 +146,7 @@ def check(store: IndexStore, version: int | None = None) -> dict:
         problems += check_version(store, published)
     seen = {(p.table, p.version) for p in problems if p.what == "log"}
     for name in sorted(contracts.all_schemas()):
-        if name != "index_manifest" and store.path(name) and _has_log(store, name):
+        if name != "index_manifest" and _has_log(store, name):
             problems += [p for p in _broken_log(store, name, None, "latest") if (p.table, p.version) not in seen]
     return {"index": str(store.root), "published_version": None if published is None else published["version"],
             "ok": not problems, "problems": [asdict(p) for p in problems]}
