@@ -165,3 +165,13 @@ def test_a_broken_log_at_the_latest_version_only_is_named_for_the_next_run(index
     assert problem["table"] == "source_errors" and problem["scope"] == "latest"
     assert cli("check", "--index", str(index), "--repair").exit_code == 0
     assert check(store)["ok"]
+
+
+def test_an_index_rerun_over_a_deleted_parquet_file_names_it_and_the_check(index, two_versions):
+    base, _, _ = two_versions
+    data_file = index / "tables" / "chunks" / sorted(_files_in_every_version(index, "chunks"))[0]
+    data_file.unlink()
+    result = cli("index", str(base / "corpus"), "--index", str(index), "--config", str(CONFIG_FILE))
+    said = " ".join(result.output.split())
+    assert result.exit_code == 74 and "Traceback" not in said
+    assert f"table chunks at Delta version" in said and data_file.name in said and "graphwright check" in said
