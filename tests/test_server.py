@@ -372,6 +372,13 @@ def test_a_question_with_a_lone_surrogate_is_refused_not_a_500(lenient):
     assert r.status_code == 422
 
 
+@pytest.mark.parametrize("body", [b"Infinity", b'{"question": NaN}', b'{"question": "x", "top_k": -Infinity}'])
+def test_non_finite_numbers_in_a_body_are_a_422_not_a_500(lenient, body):
+    """Python's JSON parser accepts them, and the 422 that echoes them could not be written (found by the fuzz below)."""
+    r = lenient.post("/v1/indexes/ok/query", content=body, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"]
+
+
 def test_a_surrogate_from_the_command_line_is_a_message():
     from graphwright.query import query as run_query
 

@@ -7,6 +7,7 @@ break the response that reports it."""
 # No `from __future__ import annotations`: FastAPI evaluates handler annotations.
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,21 @@ class SafeJSONResponse(JSONResponse):
     had turned a 422 into a 500."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+        try:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+        except ValueError:  # a non-finite number, e.g. a request body `Infinity` echoed in a 422
+            return json.dumps(_finite(content), ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as strings, which JSON has no numbers for."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def storage_problem(exc: StorageError, root: Path) -> str:
