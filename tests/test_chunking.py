@@ -160,3 +160,85 @@ def test_default_chunks_fit_the_embedding_model_window():
     assert max(c["n_tokens"] for c in chunks) > size // 2  # the premise: chunks near the limit
     for c in chunks:
         assert len(tokenizer().encode(c["text"], add_special_tokens=True).ids) <= max_len
+
+
+# ------------------------------------------------------------------ streaming (bounded memory)
+
+from _chunking_reference import reference_chunks  # noqa: E402
+from _chunking_reference import split_sentences as reference_sentences  # noqa: E402
+
+from graphwright.stages.chunk.plan import TokenBuffer, plan_chunks  # noqa: E402
+from graphwright.text.sentences import split_sentences  # noqa: E402
+from graphwright.text.tokens import token_windows  # noqa: E402
+
+# the kinds of text that move boundaries: sentence ends, initials and abbreviations, paragraph
+# breaks, words longer than a chunk, punctuation runs without spaces, CJK, accents, controls
+PIECES = ["Mara", "Voss", "sailed", " ", " ", "\n", "\n\n", ". ", "! ", "? ", "Mr. ", "A. ", "e.g. ", "”) ", "(",
+          "Port Elling.", "x" * 130, "a.b.c.d.e.f.g.h", "中文字", "é", "e\u0301", "\t", "\x00", "1999. ", "’", "—"]
+CORPUS_TEXT = "\n\n".join((CORPUS / p).read_text() for p in ("harbor.txt", "festival.md", "council.txt")) * 3
+
+
+@pytest.mark.parametrize("window", [1, 40, 997, 1 << 18])
+@pytest.mark.parametrize("size, overlap", [(254, 32), (32, 8), (16, 0), (8, 7)])
+def test_windowed_chunks_are_the_whole_document_chunks(window, size, overlap):
+    expected = reference_chunks(CORPUS_TEXT, size, overlap)
+    assert list(plan_chunks(CORPUS_TEXT, size, overlap, (2 * size) // 3, window)) == expected
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(parts=st.lists(st.sampled_from(PIECES), max_size=300), window=st.integers(1, 400),
+       size=st.integers(2, 40), data=st.data())
+def test_windowed_chunks_equal_the_whole_document_chunks_on_any_text(parts, window, size, data):
+    text = "".join(parts)
+    overlap = data.draw(st.integers(0, size - 1))
+    min_tokens = data.draw(st.integers(0, size))
+    assert list(plan_chunks(text, size, overlap, min_tokens, window)) == reference_chunks(text, size, overlap, min_tokens)
+    assert split_sentences(text) == reference_sentences(text)
+    assert [s for w in token_windows(text, window) for s in w] == token_spans(text)
+
+
+def test_chunk_text_rows_are_unchanged_by_windowing():
+    rows = chunk_text("doc", CORPUS_TEXT, 32, 8)
+    assert [(r["start_char"], r["end_char"]) for r in rows] == [(c, d) for _, _, c, d in reference_chunks(CORPUS_TEXT, 32, 8)]
+
+
+def test_a_huge_document_is_tokenized_a_window_at_a_time(monkeypatch):
+    """The tokenizer never sees more than about a window of text, and only the tokens from
+    the previous chunk on are kept."""
+    from graphwright.text import tokens
+
+    seen, real = [], tokens.tokenizer
+
+    class Spy:
+        def encode(self, text, **kw):
+            seen.append(len(text))
+            return real().encode(text, **kw)
+
+    monkeypatch.setattr(tokens, "tokenizer", lambda: Spy())
+    text = CORPUS_TEXT * 40  # about 100k tokens
+    buffer_sizes = []
+    real_release = TokenBuffer.release
+
+    def release(self, i):
+        real_release(self, i)
+        buffer_sizes.append(len(self.starts))
+
+    monkeypatch.setattr(TokenBuffer, "release", release)
+    chunks = list(plan_chunks(text, 64, 8, 42, window_chars=20_000))
+    assert chunks and len(seen) >= len(text) // 21_000 and max(seen) < 21_000
+    assert max(buffer_sizes) < 20_000  # never the whole document's ~100k tokens
+
+
+def test_initials_in_a_row_are_not_copied_at_every_boundary():
+    """'A. B. C. ...' skips every boundary (initials), so the sentence start stays put: reading
+    the last word from it at each boundary copied the text so far every time (quadratic)."""
+    import tracemalloc
+
+    text = "A. " * 5_000
+    tracemalloc.start()
+    try:
+        assert split_sentences(text) == [(0, len(text))]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(text) // 4  # the old rule held a copy of up to the whole text

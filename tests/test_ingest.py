@@ -223,3 +223,106 @@ def test_document_tables_equal_the_documents_read_one_by_one(mixed_folder, monke
     assert errors == whole.errors and failed == whole.failed_sources
     assert any("duplicate document key 'a.txt'" in e.reason for e in errors)
     assert list(ingest.document_tables([mixed_folder / "missing.txt"], "run-1", [], set())) == []
+
+
+# ------------------------------------------------------------------ hostile inputs (issue 22)
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+def test_decode_text_reads_utf16_and_utf32_with_a_byte_order_mark(codec):
+    text = "Zoë sailed to Port Elling.\n"
+    raw = text.encode(codec)
+    if codec == "utf-16-be":
+        raw = b"\xfe\xff" + raw
+    assert decode_text(raw) == text
+
+
+def test_decode_text_names_utf16_without_a_byte_order_mark():
+    with pytest.raises(ValueError, match="looks like UTF-16LE text without a byte-order mark"):
+        decode_text("Mara Voss sailed.".encode("utf-16-le"))
+    with pytest.raises(ValueError, match=r"^binary file"):
+        decode_text(b"\x89PNG\x00\x00\x01\xff\x00")
+
+
+def test_every_odd_path_in_a_folder_gets_a_message(tmp_path):
+    import os
+
+    (tmp_path / "ok.txt").write_text("Mara Voss sailed.")
+    (tmp_path / "gone.txt").symlink_to(tmp_path / "nowhere.txt")
+    (tmp_path / "loop-a.txt").symlink_to(tmp_path / "loop-b.txt")
+    (tmp_path / "loop-b.txt").symlink_to(tmp_path / "loop-a.txt")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "deep.md").write_text("Deep text.")
+    (tmp_path / "sub" / "up").symlink_to(tmp_path)  # a folder loop
+    (tmp_path / "linked").symlink_to(tmp_path / "sub")  # the same folder again, not a loop
+    os.mkfifo(tmp_path / "pipe.txt")  # reading it would block for ever
+    batch = read_sources([tmp_path])
+    assert sorted(d.source_key for d in batch.documents) == ["ok.txt", "sub/deep.md"]
+    errors = {e.source: e.reason for e in batch.errors}
+    assert errors[str(tmp_path / "gone.txt")].startswith("dangling symlink: gone.txt ->")
+    assert errors[str(tmp_path / "loop-a.txt")].startswith("symlink loop")
+    assert errors[str(tmp_path / "loop-b.txt")].startswith("symlink loop")
+    assert errors[str(tmp_path / "sub" / "up")].startswith("symlink loop: up ->")
+    assert errors[str(tmp_path / "linked")].startswith("symlink to a folder already read as")
+    assert errors[str(tmp_path / "pipe.txt")].startswith("not a regular file")
+    assert len(batch.errors) == 6
+
+
+def test_a_record_never_displaces_a_file_with_its_key(tmp_path):
+    """The record is refused with a message naming both, whichever is read first."""
+    (tmp_path / "with space.txt").write_text("The file's own text.")
+    (tmp_path / "a-records.jsonl").write_text(json.dumps({"id": "with space.txt", "text": "A record's text."}) + "\n")
+    batch = read_sources([tmp_path])
+    assert [(d.source_key, d.text) for d in batch.documents] == [("with space.txt", "The file's own text.")]
+    (error,) = batch.errors
+    assert error.source == str(tmp_path / "a-records.jsonl")
+    assert "record id 'with space.txt' is also the path of the file" in error.reason
+    assert str(tmp_path / "with space.txt") in error.reason
+
+
+def test_an_append_run_keeps_a_file_document_a_record_would_replace(tmp_path):
+    from _helpers import run
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "with space.txt").write_text("Mara Voss keeps the harbor of Port Elling.")
+    run([corpus], tmp_path / "index")
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps({"id": "with space.txt", "text": "Something else entirely."}) + "\n"
+                       + json.dumps({"id": "other", "text": "Hollis Wren wrote a letter."}) + "\n")
+    summary = run([records], tmp_path / "index", mirror=False)
+    from graphwright.storage.delta import IndexStore
+
+    docs = IndexStore(tmp_path / "index").read("documents", columns=["source_key", "text", "source"]).sort_by("source_key").to_pylist()
+    assert docs == [{"source_key": "other", "text": "Hollis Wren wrote a letter.", "source": str(records)},
+                    {"source_key": "with space.txt", "text": "Mara Voss keeps the harbor of Port Elling.",
+                     "source": str(corpus / "with space.txt")}]
+    (error,) = summary["source_errors"]
+    assert error["source"] == str(records) and str(corpus / "with space.txt") in error["reason"]
+
+
+def test_a_parquet_file_without_a_text_column_gets_one_message(tmp_path):
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(500)], "body": ["x"] * 500}), tmp_path / "no-text.parquet")
+    pq.write_table(pa.table({"text": ["x"] * 3}), tmp_path / "no-id.parquet")
+    pq.write_table(pa.table({"id": ["a"], "text": [7]}), tmp_path / "int-text.parquet")
+    batch = read_sources([tmp_path])
+    assert batch.documents == []
+    errors = {e.source: e.reason for e in batch.errors}
+    assert len(batch.errors) == 3
+    assert errors[str(tmp_path / "no-text.parquet")].startswith("no 'text' column (it has: id, body)")
+    assert errors[str(tmp_path / "no-id.parquet")].startswith("no id (or title) column")
+    assert "holds int64, not strings" in errors[str(tmp_path / "int-text.parquet")]
+
+
+def test_jsonl_records_with_lone_surrogates_or_a_bom_or_many_errors(tmp_path):
+    lines = ['{"id": "bad", "text": "who \\ud800 is"}', '{"id": "good", "text": "Fine text."}']
+    (tmp_path / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+    (tmp_path / "b.jsonl").write_text("{broken\n" * 200)
+    (tmp_path / "c.jsonl").write_bytes('{"id": "x", "text": "y"}\n'.encode("utf-16"))
+    batch = read_sources([tmp_path])
+    assert [d.source_key for d in batch.documents] == ["good"]  # the BOM did not cost line 1 ...
+    errors = [(e.source, e.reason) for e in batch.errors]
+    assert (f"{tmp_path / 'a.jsonl'}:1", "record 'bad': its text is not valid Unicode (a lone surrogate \\ud800 at "
+            "character 4); fix the record's \\u escapes") in errors  # ... and the surrogate did not kill the run
+    from_b = [r for s, r in errors if s.startswith(str(tmp_path / "b.jsonl"))]
+    assert len(from_b) == 51 and from_b[-1] == "150 more problems in this file (the first 50 are listed)"
+    assert (str(tmp_path / "c.jsonl"), "UTF-16 text (it starts with a UTF-16 byte-order mark); JSONL must be UTF-8: convert it") in errors

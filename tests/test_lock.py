@@ -81,3 +81,98 @@ def test_a_run_refuses_while_another_holds_the_index_and_changes_nothing(tmp_pat
         assert "locked by run run-holder" in " ".join(result.output.split())
     finally:
         kill_holder(holder)
+
+
+# ------------------------------------------------------------------ runs left `running` (issue 22)
+
+KILLED_MID_RUN = textwrap.dedent("""
+    import dataclasses, sys, time
+    from graphwright.config import load_config
+    from graphwright.pipeline import definition, runner
+
+    def hang(run, metrics):
+        print("in cluster", flush=True)
+        time.sleep(600)
+
+    definition.INDEX = tuple(dataclasses.replace(s, execute=hang) if s.name == "cluster" else s for s in definition.INDEX)
+    runner.run_index([sys.argv[1]], sys.argv[2], load_config(sys.argv[3]), show_progress=False, log=lambda m: None)
+""")
+
+
+def _runs(index) -> list[dict]:
+    result = CliRunner().invoke(app, ["runs", "--index", str(index), "--json"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    return json.loads(result.stdout)
+
+
+def test_a_killed_run_is_marked_interrupted_by_runs_and_by_the_next_run(tmp_path):
+    index = tmp_path / "index"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_RUN, str(CORPUS), str(index), str(CONFIG_FILE)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "in cluster", proc.stderr.read()
+        (alive,) = _runs(index)
+        assert alive["status"] == "running"  # its process holds the lock: it is running
+    finally:
+        kill_holder(proc)
+    (killed,) = _runs(index)
+    assert killed["status"] == "interrupted" and "ended without recording an outcome" in killed["error"]
+    store = IndexStore(index)
+    assert store.read("runs", columns=["status"]).column("status").to_pylist() == ["interrupted"]  # written, not only shown
+
+    # a second killed run, found by the next run rather than by `runs`
+    from graphwright.ops.runs import stale_runs
+    from graphwright.pipeline.runner import run_index
+
+    import pyarrow as pa
+
+    store.upsert("runs", pa.Table.from_pylist([{**store.read("runs").to_pylist()[0], "run_id": "run-dead", "status": "running",
+                                                 "error": None}]))
+    run_index([str(CORPUS)], index, make_config(), show_progress=False, log=lambda m: None)
+    statuses = dict(zip(*(store.read("runs").column(c).to_pylist() for c in ("run_id", "status"))))
+    assert statuses.pop("run-dead") == "interrupted" and sorted(statuses.values()) == ["interrupted", "succeeded"]
+    assert stale_runs(store, None) == []
+
+
+def test_runs_while_another_run_holds_the_lock_shows_dead_runs_without_writing(tmp_path):
+    import pyarrow as pa
+
+    from graphwright.pipeline.runner import run_index
+
+    index = tmp_path / "index"
+    run_index([str(CORPUS)], index, make_config(), show_progress=False, log=lambda m: None)
+    store = IndexStore(index)
+    row = store.read("runs").to_pylist()[0]
+    store.upsert("runs", pa.Table.from_pylist([{**row, "run_id": "run-dead", "status": "running", "error": None},
+                                               {**row, "run_id": "run-holder", "status": "running", "error": None}]))
+    holder = start_holder(str(index))
+    try:
+        shown = {r["run_id"]: r["status"] for r in _runs(index)}
+        assert shown["run-holder"] == "running" and shown["run-dead"] == "interrupted"
+        stored = dict(zip(*(store.read("runs").column(c).to_pylist() for c in ("run_id", "status"))))
+        assert stored["run-dead"] == "running"  # the holder may be writing the runs table: not touched
+    finally:
+        kill_holder(holder)
+
+
+def test_run_errors_are_stored_without_terminal_escapes(tmp_path, monkeypatch):
+    import dataclasses
+
+    from graphwright.pipeline import definition
+    from graphwright.pipeline.runner import run_index
+
+    def fail(run, metrics):
+        raise RuntimeError("\x1b[31m\x1b[1mray worker died\x1b[0m \x1b]8;;http://x\x07link\x1b]8;;\x07")
+
+    monkeypatch.setattr(definition, "INDEX", tuple(dataclasses.replace(s, execute=fail) if s.name == "cluster" else s
+                                                   for s in definition.INDEX))
+    with pytest.raises(RuntimeError):
+        run_index([str(CORPUS)], tmp_path / "index", make_config(), show_progress=False, log=lambda m: None)
+    store = IndexStore(tmp_path / "index")
+    (error,) = store.read("runs", columns=["error"]).column("error").to_pylist()
+    assert error == "RuntimeError: ray worker died link"
+    failed = [m for m in store.read("stage_metrics", columns=["details"]).column("details").to_pylist() if "failed" in m]
+    assert failed and all("\\u001b" not in m and "\x1b" not in m for m in failed)

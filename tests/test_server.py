@@ -326,3 +326,117 @@ def test_queries_run_at_most_max_concurrency_at_once_and_health_stays_answered(r
             release.set()
             assert [f.result() for f in held + [queued]] == [200] * 3
         assert peak[0] == 2
+
+
+# ------------------------------------------------------------------ hostile requests, broken storage (issue 22)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def broken_root(indexed, tmp_path_factory):
+    """ok: a published index; no-log, no-file, no-vectors: copies with one storage fault each."""
+    root = tmp_path_factory.mktemp("broken")
+    for name in ("ok", "no-log", "no-file", "no-vectors"):
+        shutil.copytree(indexed.index, root / name)
+    sorted((root / "no-log" / "tables" / "entities" / "_delta_log").glob("*.json"))[-1].write_bytes(b"")
+    sorted((root / "no-file" / "tables" / "chunks").glob("*.parquet"))[0].unlink()
+    next((root / "no-vectors" / "vectors").glob("chunk-*.faiss")).unlink()
+    return root
+
+
+@pytest.fixture(scope="module")
+def lenient(broken_root):
+    with TestClient(create_app(broken_root, [KEY]), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize("name, table", [("no-log", "table entities"), ("no-file", "table chunks"), ("no-vectors", "vector file vectors/chunk-")])
+def test_storage_faults_are_503_naming_the_table_or_file(lenient, broken_root, name, table):
+    r = lenient.post(f"/v1/indexes/{name}/query", json={"question": "Who keeps the harbor?", "answer": False}, headers=AUTH)
+    assert r.status_code == 503
+    detail = r.json()["detail"]
+    assert table in detail and "graphwright check" in detail
+    assert str(broken_root) not in detail  # the server's paths stay on the server
+    assert lenient.post("/v1/indexes/ok/query", json={"question": "Who keeps the harbor?", "answer": False}, headers=AUTH).status_code == 200
+
+
+def test_a_question_with_a_lone_surrogate_is_refused_not_a_500(lenient):
+    body = b'{"question": "who \\ud800 is"}'
+    r = lenient.post("/v1/indexes/ok/query", content=body, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "question"]
+    r = lenient.post("/v1/indexes/ok/query", content=b'{"question": "who \\ud800 is", "extra": "\\udfff"}',
+                     headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422
+
+
+@pytest.mark.parametrize("body", [b"Infinity", b'{"question": NaN}', b'{"question": "x", "top_k": -Infinity}'])
+def test_non_finite_numbers_in_a_body_are_a_422_not_a_500(lenient, body):
+    """Python's JSON parser accepts them, and the 422 that echoes them could not be written (found by the fuzz below)."""
+    r = lenient.post("/v1/indexes/ok/query", content=body, headers={**AUTH, "content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"]
+
+
+def test_a_surrogate_from_the_command_line_is_a_message():
+    from graphwright.query import query as run_query
+
+    with pytest.raises(ValueError, match="lone surrogate"):
+        run_query("/nonexistent", "who \udcff is")
+
+
+def _json_values():
+    scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=30)
+    return st.recursive(scalars, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                        max_leaves=12)
+
+
+def _mostly(usual, rare, share: int = 8):
+    """`usual` in `share` of ten draws, else `rare` (so that most requests reach the query)."""
+    return st.integers(0, 9).flatmap(lambda i: usual if i < share else rare)
+
+
+HOSTILE_TEXT = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()), max_size=60)
+QUESTIONS = _mostly(st.text(min_size=1, max_size=40) | HOSTILE_TEXT, _json_values(), 9)
+QUERY_BODIES = st.fixed_dictionaries({"question": QUESTIONS}, optional={
+    "mode": _mostly(st.sampled_from(["local", "global", "naive", "graph", "mix", "x"]), _json_values()),
+    "top_k": _mostly(st.integers(-5, 500), _json_values()), "version": _mostly(st.integers(-3, 5), _json_values()),
+    "answer": _mostly(st.just(False), _json_values()), "extra": _json_values(),
+})
+NAMES = _mostly(st.sampled_from(["ok", "no-log", "no-file", "no-vectors"]),
+                st.sampled_from(["missing", "..", "a%2F..", "ok\x00", "-x", "a" * 200]) | HOSTILE_TEXT)
+
+
+def _raw(body) -> bytes:
+    import json as json_module
+
+    return json_module.dumps(body, ensure_ascii=True).encode()  # escapes lone surrogates as \\udxxx, like a hostile client
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,  # the same requests every run: CI is not a lottery
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(name=NAMES, body=_mostly(QUERY_BODIES, _json_values(), 9), garbage=st.binary(max_size=40),
+       send_garbage=_mostly(st.just(False), st.just(True)),
+       auth=_mostly(st.just(AUTH), st.sampled_from([{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}])))
+def test_no_request_gets_a_500(lenient, name, body, garbage, send_garbage, auth):
+    """Fuzzed index names, JSON bodies (wrong types, unknown keys, lone surrogates), raw bytes and
+    credentials against every route of the OpenAPI spec: never a 500, always a JSON detail."""
+    from urllib.parse import quote
+
+    path = quote(name.encode("utf-8", "surrogatepass"), safe="")
+    content = garbage if send_garbage else _raw(body)
+    headers = {**auth, "content-type": "application/json"}
+    for method, url in (("post", f"/v1/indexes/{path}/query"), ("get", f"/v1/indexes/{path}/versions"), ("get", "/v1/indexes"),
+                        ("get", "/health")):
+        r = lenient.request(method, url, content=content if method == "post" else None, headers=headers)
+        assert r.status_code != 500, (url, content, r.text)
+        r.json()  # a JSON body, whatever the status
+        if r.status_code >= 400:
+            assert "detail" in r.json()
+
+
+def test_every_route_of_the_spec_is_fuzzed(lenient):
+    """The fuzz test above covers the API's whole OpenAPI spec: a new route must join it."""
+    paths = set(lenient.get("/openapi.json").json()["paths"])
+    assert paths == {"/health", "/v1/indexes", "/v1/indexes/{name}/versions", "/v1/indexes/{name}/query"}

@@ -17,6 +17,7 @@ err = Console(stderr=True)
 
 IndexOpt = Annotated[str, typer.Option("--index", "-i", help="Index directory, or an object-store URI (s3://bucket/prefix, gs://..., abfss://...).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+STORAGE_EXIT = 74  # EX_IOERR: a table or file of the index cannot be read (the message says which, and the repair)
 MODE_HELP = " | ".join(MODES) + " (see docs/reference.md, Query modes)"
 
 

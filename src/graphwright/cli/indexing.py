@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from graphwright.cli.common import (
+    STORAGE_EXIT,
     IndexOpt,
     JsonOpt,
     app,
@@ -33,6 +34,7 @@ def index(
     max_failed_fraction: Annotated[Optional[float], typer.Option("--max-failed-fraction", min=0, max=1, help="Fail the run when more than this share of extracted chunks failed (overrides extract.max_failed_fraction).")] = None,
     executor: Annotated[Optional[str], typer.Option(help="ray | local (overrides the config).")] = None,
     address: Annotated[Optional[str], typer.Option(help="Ray cluster address to join.")] = None,
+    rebuild: Annotated[list[str], typer.Option("--rebuild", help="Empty this derived table first and recompute it from its inputs (repeatable; `graphwright check` names the tables a repair needs).")] = [],
     as_json: JsonOpt = False,
 ) -> None:
     """Index SOURCES into an index directory and publish a new version."""
@@ -56,8 +58,16 @@ def index(
         cfg = load_config(config, overrides)
     except ConfigError as exc:
         fail(str(exc))
+    from graphwright.storage.health import StorageError
+    from graphwright.storage.manifest import DATA_TABLES
+
+    unknown = [t for t in rebuild if t not in DATA_TABLES or t == "documents"]
+    if unknown:
+        fail(f"--rebuild {unknown[0]}: not a derived table; choose from {', '.join(t for t in DATA_TABLES if t != 'documents')}")
     try:
-        summary = run_index(sources, index_dir, cfg, mirror=not append, force=force, show_progress=not as_json)
+        summary = run_index(sources, index_dir, cfg, mirror=not append, force=force, rebuild=tuple(rebuild), show_progress=not as_json)
+    except StorageError as exc:
+        fail(str(exc), STORAGE_EXIT)
     except (NothingToIndex, RefusedDeletion) as exc:
         fail(f"{exc}. Nothing was changed in {index_dir}.")
     except TooManyFailures as exc:
@@ -197,10 +207,15 @@ def _print_summary(s: dict) -> None:
 @app.command()
 def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Newest runs to show.")] = 20, as_json: JsonOpt = False) -> None:
     """Each run: status, duration, what changed, errors."""
+    from graphwright.ops.runs import INTERRUPTED, settle
+
     store = existing_index(index_dir)
+    interrupted = settle(store)  # runs left `running` by a dead process
     rows = sorted(store.read("runs").to_pylist(), key=lambda r: r["started_at"], reverse=True)[:limit]
     report = []
     for r in rows:
+        if r["status"] == "running" and r["run_id"] in interrupted:  # the lock is held: shown, not written
+            r["status"], r["error"] = "interrupted", INTERRUPTED
         summary = json.loads(r["summary"] or "{}")
         seconds = (r["finished_at"] - r["started_at"]).total_seconds() if r["finished_at"] else None
         report.append({
@@ -222,15 +237,80 @@ def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Ne
 
 @app.command()
 def inspect(index_dir: IndexOpt, as_json: JsonOpt = False) -> None:
-    """Row counts per table and the published versions."""
+    """Row counts per table, the published versions, and what `graphwright check` finds."""
+    from graphwright.ops.check import check as check_index
     from graphwright.storage import contracts
+    from graphwright.storage.health import StorageError
 
     store = existing_index(index_dir)
-    rows = {name: {"rows": store.count(name), "delta_version": store.version(name)} for name in contracts.all_schemas() if store.exists(name)}
-    versions = version_rows(store)
+    rows = {}
+    for name in contracts.all_schemas():
+        try:
+            if store.exists(name):
+                rows[name] = {"rows": store.count(name), "delta_version": store.version(name)}
+        except StorageError as exc:
+            rows[name] = {"rows": None, "delta_version": None, "error": str(exc)}
+    try:
+        versions = version_rows(store)
+    except StorageError:
+        versions = []
+    health = check_index(store)
     if as_json:
-        typer.echo(json.dumps({"index": str(index_dir), "tables": rows, "versions": versions}))
+        typer.echo(json.dumps({"index": str(index_dir), "tables": rows, "versions": versions, "check": health}))
         return
     print_table(f"tables — {index_dir}", ("table", "rows", "delta version"),
-                 ((name, r["rows"], r["delta_version"]) for name, r in rows.items()))
+                 ((name, r["rows"] if r["rows"] is not None else "unreadable", r["delta_version"]) for name, r in rows.items()))
     print_versions("published versions", versions)
+    _print_check(health)
+    if not health["ok"]:
+        raise typer.Exit(CHECK_FAILED_EXIT)
+
+
+CHECK_FAILED_EXIT = 2  # check (and inspect) found problems
+
+
+@app.command()
+def check(
+    index_dir: IndexOpt,
+    version: Annotated[Optional[int], typer.Option(help="Published version to verify (default: the latest).")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Carry out the repairs offered (quarantine broken commits and files, rebuild vector files, roll back to the newest intact version).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Verify that the published version's tables (log, data files, row counts) and vector files
+    (sha256) can be read, and every table's latest version too; name each problem and its repair."""
+    from graphwright.ops.check import check as check_index
+    from graphwright.ops.repair import repair as repair_index
+    from graphwright.pipeline.runner import new_run_id
+    from graphwright.storage.lock import IndexLocked, LockLost, run_lock
+
+    store = existing_index(index_dir)
+    if repair:
+        run_id = new_run_id()
+        try:
+            with run_lock(store, run_id, "repair"):
+                result = repair_index(store, run_id)
+        except (IndexLocked, LockLost) as exc:
+            fail(str(exc), LOCKED_EXIT)
+    else:
+        result = check_index(store, version)
+    if as_json:
+        typer.echo(json.dumps(result, default=str))
+    else:
+        for line in result.get("repaired", []):
+            out.print(f"[green]repaired:[/] {line}", highlight=False)
+        for line in result.get("left", []):
+            out.print(f"[yellow]to do:[/] {line}", highlight=False)
+        _print_check(result)
+    if not result["ok"]:
+        raise typer.Exit(CHECK_FAILED_EXIT)
+
+
+def _print_check(result: dict) -> None:
+    if result["ok"]:
+        out.print(f"check: ok (published version {result.get('published_version')}: every table, data file and vector file "
+                  "is readable)", highlight=False)
+        return
+    for p in result["problems"]:
+        at = f" version {p['version']}" if p["version"] is not None else ""
+        where = "published" if p["scope"] == "published" else "latest (the next run builds on it)"
+        out.print(f"[red]broken:[/] {p['table']}{at} ({where}): {p['detail']}. Repair: {p['repair']}", highlight=False)

@@ -10,6 +10,7 @@ import typer
 
 from graphwright.cli.common import (
     MODE_HELP,
+    STORAGE_EXIT,
     IndexOpt,
     JsonOpt,
     app,
@@ -34,11 +35,14 @@ def query(
 ) -> None:
     """Retrieve ranked evidence for QUESTION, with provenance; with an LLM configured, answer it citing the evidence."""
     from graphwright.query import query as run_query
+    from graphwright.storage.health import StorageError
     from graphwright.storage.manifest import NoPublishedVersion
 
     existing_index(index_dir)
     try:
         result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version, answer=answer, level=level)
+    except StorageError as exc:
+        fail(str(exc), STORAGE_EXIT)
     except (NoPublishedVersion, ValueError) as exc:
         fail(str(exc))
     if as_json:
@@ -77,12 +81,15 @@ def eval_(
 ) -> None:
     """Evidence recall@k of a query mode on a question set; with an LLM, answer exact match and F1."""
     from graphwright.query.evaluate import evaluate, load_questions
+    from graphwright.storage.health import StorageError
     from graphwright.storage.manifest import NoPublishedVersion
 
     existing_index(index_dir)
     try:
         result = evaluate(str(index_dir), load_questions(questions), mode, k, version, answer=answer,
                           **({"level": level} if level is not None else {}))
+    except StorageError as exc:
+        fail(str(exc), STORAGE_EXIT)
     except (NoPublishedVersion, ValueError, OSError) as exc:
         fail(str(exc))
     if as_json:
@@ -138,11 +145,14 @@ def export(
 ) -> None:
     """Write a published version in Microsoft GraphRAG's output layout or as a LightRAG working directory."""
     from graphwright.exports import export as write_export
+    from graphwright.storage.health import StorageError
     from graphwright.storage.manifest import NoPublishedVersion
 
     existing_index(index_dir)
     try:
         result = write_export(index_dir, fmt, version, out_dir)
+    except StorageError as exc:
+        fail(str(exc), STORAGE_EXIT)
     except (NoPublishedVersion, ValueError, FileExistsError, RuntimeError) as exc:
         fail(str(exc))
     if as_json:

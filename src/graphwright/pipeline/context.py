@@ -18,6 +18,7 @@ from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_execu
 from graphwright.pipeline.progress import StageProgress
 from graphwright.storage.delta import IndexStore
 from graphwright.util import memory
+from graphwright.util.terminal import plain
 
 
 def cpu_seconds() -> float:
@@ -86,7 +87,7 @@ class Run:
         try:
             yield details
         except BaseException as exc:  # what a failed stage used (LLM calls included) still counts
-            details["failed"] = f"{type(exc).__name__}: {exc}"[:500]
+            details["failed"] = plain(f"{type(exc).__name__}: {exc}")[:500]
             raise
         finally:
             memory.release()

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from graphwright.config import PipelineConfig
 from graphwright.engines.embed import model_name
+from graphwright.ops.runs import mark_interrupted
 from graphwright.pipeline import definition
 from graphwright.pipeline.context import Request, Run
 from graphwright.pipeline.progress import StageProgress, stderr_console
@@ -21,6 +22,7 @@ from graphwright.stages.extract.extractors import extractor_key
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.lock import run_lock
+from graphwright.util.terminal import plain
 
 
 def _now() -> datetime:
@@ -82,6 +84,7 @@ def _run_pipeline(command: str, stages: tuple[Stage, ...], index_dir, config: Pi
 def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
     store, config = run.store, run.config
     started = _now()
+    mark_interrupted(store, f"run {run.run_id}")  # this run holds the lock: any other `running` run is dead
     store.upsert("runs", pa.Table.from_pylist([_run_row(run, command, started, None, "running", {}, None)]))
     summary: dict = {"run_id": run.run_id, "command": command, "index": str(store.root), "llm_model": config.llm.model}
     try:
@@ -153,7 +156,7 @@ def _run_row(run: Run, command: str, started, finished, status: str, summary: di
     return {
         "run_id": run.run_id, "command": command, "started_at": started, "finished_at": finished,
         "status": status, "config_hash": run.config.config_hash(), "summary": json.dumps(summary, default=str),
-        "error": error,
+        "error": plain(error),  # Ray's exceptions carry colour escapes
     }
 
 

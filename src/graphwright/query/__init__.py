@@ -22,6 +22,7 @@ def query(index_dir: str, question: str, mode: str = "local", top_k: int | None 
     or GRAPHWRIGHT_LLM__* variables) and `answer` not False, also an answer citing it. `level`:
     the community level for `global` (default: query.global_level, or a level chosen from the data).
     A caller answering many questions passes a loaded `searcher` (of `index_dir` at `version`)."""
+    _check_question(question)
     searcher = searcher or Searcher(index_dir, version)
     llm = searcher.llm
     if answer and not llm.model:
@@ -35,3 +36,15 @@ def query(index_dir: str, question: str, mode: str = "local", top_k: int | None 
         result = synthesize(question, result, llm, searcher.index.store)
     return result
 
+
+
+def _check_question(question: str) -> None:
+    """ValueError for a question no tokenizer or LLM can take: empty, or not valid Unicode (a
+    lone surrogate, as JSON's "\\ud800" or an undecodable command-line byte gives)."""
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("the question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the question is not valid Unicode: a lone surrogate \\u{ord(question[exc.start]):04x} at "
+                         f"character {exc.start}; send UTF-8 text") from None

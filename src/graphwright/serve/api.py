@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from graphwright.query import query
 from graphwright.query.searcher import MODES, Searcher
+from graphwright.serve.errors import SafeJSONResponse
+from graphwright.serve.errors import install as install_error_handlers
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import (
     NoPublishedVersion,
@@ -244,8 +246,11 @@ def create_app(index_root: str | Path, api_keys: Iterable[str] = (), *, allow_no
         await anyio.to_thread.run_sync(warm, root, searchers)
         yield
 
-    app = FastAPI(title="graphwright", version="1", description="Query published graphwright indexes.", lifespan=lifespan)
-    errors = {401: {"model": Problem}, 400: {"model": Problem}, 404: {"model": Problem}}
+    app = FastAPI(title="graphwright", version="1", description="Query published graphwright indexes.", lifespan=lifespan,
+                  default_response_class=SafeJSONResponse)
+    install_error_handlers(app, root.root)
+    errors = {401: {"model": Problem}, 400: {"model": Problem}, 404: {"model": Problem},
+              503: {"model": Problem, "description": "A table or file of the index cannot be read; the detail names it."}}
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(_bearer_check(keys))] if keys else [], responses=errors)
 
     @app.get("/health", response_model=Health, tags=["health"])

@@ -16,14 +16,18 @@ from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, manifests
 
 
-def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str]) -> dict:
-    """Write a new manifest unless the latest one already pins exactly this state."""
+def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str],
+            written: dict[str, str] | None = None) -> dict:
+    """Write a new manifest unless the latest one already pins exactly this state. `written`:
+    the sha256 of vector files written by this run; the others' come from earlier manifests, or
+    are computed once (files published before digests were recorded)."""
     versions = {name: store.ensure(name).version() for name in DATA_TABLES}
     counts = {name: store.count(name) for name in DATA_TABLES}
     previous = manifests(store)
     latest = previous[-1] if previous else None
+    digests = vector_digests(store, vector_indexes, previous, written or {})
     if latest and latest["table_versions"] == versions and latest["vector_indexes"] == vector_indexes \
-            and latest["config_hash"] == config.config_hash():
+            and latest["config_hash"] == config.config_hash() and latest.get("vector_files") in (None, digests):
         return {**latest, "new": False}
     row = {
         "version": (latest["version"] + 1) if latest else 1,
@@ -31,19 +35,32 @@ def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_index
         "run_id": run_id,
         "table_versions": json.dumps(versions, sort_keys=True),
         "vector_indexes": json.dumps(vector_indexes, sort_keys=True),
+        "vector_files": json.dumps(digests, sort_keys=True),
         "config_hash": config.config_hash(),
         "config": config.model_dump_json(),
         "embedding_model": model_name(config.embed),
         "counts": json.dumps(counts, sort_keys=True),
     }
     store.upsert("index_manifest", pa.Table.from_pylist([row]))
-    return {**row, "table_versions": versions, "vector_indexes": vector_indexes, "counts": counts, "new": True}
+    return {**row, "table_versions": versions, "vector_indexes": vector_indexes, "vector_files": digests, "counts": counts,
+            "new": True}
+
+
+def vector_digests(store: IndexStore, vector_indexes: dict[str, str], previous: list[dict], written: dict[str, str]) -> dict[str, str]:
+    """sha256 of every file of `vector_indexes` (each index and its ids file)."""
+    from graphwright.engines.vectors import ids_path
+    from graphwright.storage.health import file_digest
+
+    known = {f: d for m in previous for f, d in (m.get("vector_files") or {}).items()}
+    known.update(written)
+    paths = [p for relative in vector_indexes.values() for p in (relative, ids_path(relative))]
+    return {p: known[p] if p in known else file_digest(store.files, p) for p in sorted(paths)}
 
 
 
 def execute(run, m: dict) -> dict:
     vector_indexes = run.results["embed"]["vector_indexes"]
-    manifest = publish(run.store, run.run_id, run.config, vector_indexes)
+    manifest = publish(run.store, run.run_id, run.config, vector_indexes, run.results["embed"].get("vector_files"))
     m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"],
              new_version=manifest["new"], work_unit="versions", work_done=1, work_total=1)
     return manifest

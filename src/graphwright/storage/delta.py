@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,7 +24,8 @@ from deltalake import DeltaTable, QueryBuilder, Schema, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction
 
-from graphwright.storage import contracts, location
+from graphwright.storage import contracts, health, location
+from graphwright.storage.health import table_error
 from graphwright.storage.diff import key_column, row_diff, row_digests
 
 
@@ -92,6 +94,7 @@ class IndexStore:
         # while not None: each table written since it was set -> its Delta version before that
         # (what a stage's bytes_written is counted from, without reopening every table)
         self.journal: dict[str, int | None] | None = None
+        self._table_stores: dict = {}
 
     @property
     def is_remote(self) -> bool:
@@ -101,10 +104,34 @@ class IndexStore:
         return location.join(self.root, "tables", name)
 
     def _table(self, name: str, version: int | None = None) -> DeltaTable | None:
+        """The table (at a version), its log verified (storage.health); None if it does not exist,
+        StorageError if it cannot be read, or if a pinned version's table has no log."""
         try:
-            return DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
+            dt = DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
         except TableNotFoundError:
-            return None
+            if version is None:
+                return None
+            raise table_error(self.root, name, version, "its Delta log (_delta_log) is gone") from None
+        except Exception as exc:  # a truncated or corrupt commit, a version no longer in the log
+            raise table_error(self.root, name, version, exc) from None
+        health.VERIFIER.verify(self.root, name, self.path(name), self.table_files(name), dt.version(), version is not None)
+        return dt
+
+    def table_files(self, name: str):
+        """An obstore store rooted at a table's folder (its data files and _delta_log)."""
+        if name not in self._table_stores:
+            self._table_stores[name] = location.open_store(self.path(name), self.storage_options)
+        return self._table_stores[name]
+
+    @contextmanager
+    def _reading(self, name: str, dt: DeltaTable | None):
+        """Turn a failed read (a data file gone or truncated) into a StorageError naming the table."""
+        try:
+            yield
+        except health.StorageError:
+            raise
+        except Exception as exc:
+            raise table_error(self.root, name, None if dt is None else dt.version(), exc) from None
 
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.path(name), storage_options=self.storage_options)
@@ -144,10 +171,12 @@ class IndexStore:
         where: str | None = None,
     ) -> pa.Table:
         """Rows of a table (at a Delta version), cast to its contract. Missing table = empty."""
-        schema, query = self._query(name, self._table(name, version), columns, where)
+        dt = self._table(name, version)
+        schema, query = self._query(name, dt, columns, where)
         if query is None:
             return schema.empty_table()
-        return pa.table(query.read_all()).cast(schema)
+        with self._reading(name, dt):
+            return pa.table(query.read_all()).cast(schema)
 
     def read_derived(self, name: str, columns: list[str], derived: dict[str, tuple[str, pa.DataType]]) -> pa.Table:
         """`columns` of a table, and columns computed by DataFusion (`derived`: name -> (SQL
@@ -160,9 +189,11 @@ class IndexStore:
         if dt is None:
             return schema.empty_table()
         select = ", ".join([f'"{c}"' for c in columns] + [f'{sql} AS "{into}"' for into, (sql, _) in derived.items()])
-        return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {select} FROM t").read_all()).cast(schema)
+        with self._reading(name, dt):
+            return pa.table(QueryBuilder().register("t", dt).execute(f"SELECT {select} FROM t").read_all()).cast(schema)
 
-    def scanner(self, name: str, *, where: str | None = None, version: int | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
+    def scanner(self, name: str, *, where: str | None = None,
+                version: int | None = None) -> Callable[[list[str]], Iterator[pa.RecordBatch]]:
         """A function from columns to the table's rows as record batches (DataFusion streams them:
         the table is never whole in memory). Every call reads the version current when the
         scanner was made (or `version`)."""
@@ -170,8 +201,9 @@ class IndexStore:
 
         def scan(columns: list[str]) -> Iterator[pa.RecordBatch]:
             schema, query = self._query(name, dt, columns, where)
-            for batch in query or ():
-                yield pa.record_batch(batch).cast(schema)
+            with self._reading(name, dt):
+                for batch in query or ():
+                    yield pa.record_batch(batch).cast(schema)
 
         return scan
 
@@ -205,9 +237,10 @@ class IndexStore:
             write_deltalake(folder, pa.table({"__key": pc.unique(values.cast(schema.field(column).type))}))
             absent = {f.name for f in _missing_fields(name, dt)}
             select = ", ".join(f'NULL AS "{c}"' if c in absent else f't."{c}"' for c in columns)
-            query = (QueryBuilder().register("t", dt).register("k", DeltaTable(folder))
-                     .execute(f'SELECT {select} FROM t JOIN k ON t."{column}" = k."__key"'))
-            return pa.table(query.read_all()).cast(empty.schema) if columns else empty
+            with self._reading(name, dt):
+                query = (QueryBuilder().register("t", dt).register("k", DeltaTable(folder))
+                         .execute(f'SELECT {select} FROM t JOIN k ON t."{column}" = k."__key"'))
+                return pa.table(query.read_all()).cast(empty.schema) if columns else empty
 
     def _query(self, name: str, dt: DeltaTable | None, columns: list[str] | None, where: str | None):
         """(the contract's schema for `columns`, a DataFusion batch reader or None if no table)."""
@@ -220,14 +253,16 @@ class IndexStore:
         absent = {f.name for f in _missing_fields(name, dt)}
         select = ", ".join(f'NULL AS "{c}"' if c in absent else f'"{c}"' for c in schema.names)
         sql = f"SELECT {select} FROM t" + (f" WHERE {where}" if where else "")
-        return schema, QueryBuilder().register("t", dt).execute(sql)
+        with self._reading(name, dt):
+            return schema, QueryBuilder().register("t", dt).execute(sql)
 
     def count(self, name: str, version: int | None = None, where: str | None = None) -> int:
         dt = self._table(name, version)
         if dt is None:
             return 0
         sql = "SELECT count(*) AS n FROM t" + (f" WHERE {where}" if where else "")
-        result = pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
+        with self._reading(name, dt):
+            result = pa.table(QueryBuilder().register("t", dt).execute(sql).read_all())
         return int(result.column("n")[0].as_py())
 
     def _writing(self, name: str) -> None:

@@ -190,6 +190,25 @@ def _expired(holder: dict) -> bool:
         return True
 
 
+def holder(store) -> dict | None:
+    """Who holds the index's run lock as its lock file or lease records it (None: nobody, or
+    unknown)."""
+    if store.is_remote:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        try:
+            record = _parse(bytes(obstore.get(store.files.store, LOCK_FILE).bytes()))
+        except (NotFoundError, FileNotFoundError):
+            return None
+        return None if not record or record.get("released") or _expired(record) else record
+    try:
+        with open(os.path.join(store.root, LOCK_FILE), "rb") as fh:
+            return _parse(fh.read())
+    except OSError:
+        return None
+
+
 class run_lock:
     """`with run_lock(store, run_id, command) as lock:` hold the index's run lock."""
 

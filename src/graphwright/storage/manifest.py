@@ -24,8 +24,8 @@ class NoPublishedVersion(LookupError):
 def manifests(store: IndexStore) -> list[dict]:
     rows = store.read("index_manifest").to_pylist()
     for row in rows:
-        for key in ("table_versions", "vector_indexes", "counts"):
-            row[key] = json.loads(row[key])
+        for key in ("table_versions", "vector_indexes", "counts", "vector_files"):
+            row[key] = json.loads(row[key]) if row.get(key) is not None else None
     return sorted(rows, key=lambda r: r["version"])
 
 
@@ -69,8 +69,22 @@ class PublishedIndex:
         return self.store.read(name, version=self.manifest["table_versions"][name], **kwargs)
 
     def vector_index(self, kind: str):
-        from graphwright.engines.vectors import load_from
+        """The version's vector index of `kind`; StorageError naming the file when it is gone or
+        unreadable."""
+        from graphwright.engines.vectors import ids_path, load_from
+        from graphwright.storage.health import StorageError, first_line
 
-        return load_from(self.store.files, self.manifest["vector_indexes"][kind])
+        relative = self.manifest["vector_indexes"][kind]
+        repair = (f"`graphwright check --index {self.store.root} --repair` rebuilds it from the embeddings table "
+                  f"(version {self.version} pins it)")
+        for path in (relative, ids_path(relative)):
+            if not self.store.files.exists(path):
+                raise StorageError(f"vector file {path} of {self.store.root} (published version {self.version}, {kind} "
+                                   f"vectors) is missing; {repair}", table="vectors")
+        try:
+            return load_from(self.store.files, relative)
+        except (RuntimeError, OSError, ValueError) as exc:  # faiss raises RuntimeError on a corrupt file
+            raise StorageError(f"vector file {relative} of {self.store.root} (published version {self.version}, {kind} "
+                               f"vectors) cannot be read: {first_line(exc)}; {repair}", table="vectors") from None
 
 

@@ -129,14 +129,22 @@ def ids_path(relative: str) -> str:
     return relative.removesuffix(".faiss") + ".ids.parquet"
 
 
-def save_to(files, relative: str, vi: VectorIndex) -> None:
+def save_to(files, relative: str, vi: VectorIndex) -> dict[str, str]:
     """Write into an index's files (local or object store); the index object is put last, so
     its presence means both are complete. The index goes through a local file, never a copy
-    in memory (at 1.3M vectors that copy was 2 GB)."""
+    in memory (at 1.3M vectors that copy was 2 GB). Returns the sha256 of each file written
+    (the manifest records them; `graphwright check` compares)."""
+    import hashlib
+
     with tempfile.TemporaryDirectory() as tmp:
         ids_bytes = _write(vi, Path(tmp) / "index")
         files.write_bytes(ids_path(relative), ids_bytes)
         files.write_file(relative, Path(tmp) / "index")
+        digest = hashlib.sha256()
+        with open(Path(tmp) / "index", "rb") as fh:
+            for block in iter(lambda: fh.read(8 << 20), b""):
+                digest.update(block)
+    return {relative: digest.hexdigest(), ids_path(relative): hashlib.sha256(ids_bytes).hexdigest()}
 
 
 def load_from(files, relative: str) -> VectorIndex:

@@ -45,11 +45,14 @@ def execute(run, m: dict) -> dict:
             _commit_vectors(store, model, pending)
     _commit_vectors(store, model, pending)
     del todo  # the texts are not needed while the indexes are built
-    files = {kind: write_vector_index(store, kind, model, cfg) for kind in counts}
+    files, digests = {}, {}
+    for kind in counts:
+        files[kind], written = write_vector_index(store, kind, model, cfg)
+        digests.update(written)
     total = sum(c["embedded"] + c["reused"] for c in counts.values())
     m.update(rows_in=total, rows_out=embedded, model=model, **counts,
              work_unit="items", work_done=embedded, work_total=total)
-    return {"vector_indexes": files, "counts": counts}
+    return {"vector_indexes": files, "vector_files": digests, "counts": counts}
 
 
 def _embedded(run, todo: pa.Table):

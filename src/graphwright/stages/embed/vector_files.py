@@ -23,28 +23,32 @@ from graphwright.storage.delta import IndexStore
 from graphwright.util.numeric import to_numpy
 
 
-def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig) -> str:
+def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig, at: int | None = None,
+                       rebuild: bool = False) -> tuple[str, dict[str, str]]:
     """Build the ANN index for one kind, or update the published one in place where it can
-    (engines.vectors.update_index). Returns the file's path relative to the index."""
+    (engines.vectors.update_index), from the embeddings table (at Delta version `at`: a repair
+    rebuilds a published version's file). Returns the file's path relative to the index and the
+    sha256 of the files written (none when the file was already there)."""
     where = f"kind = '{kind}' AND model = '{model}'"
-    keys = store.read("embeddings", columns=["item_id", "text_hash"], where=where).sort_by("item_id")
+    keys = store.read("embeddings", version=at, columns=["item_id", "text_hash"], where=where).sort_by("item_id")
     item_ids, hashes = keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist()
     digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold, *hashes, *item_ids, length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
-    if not store.files.exists(relative):
+    written: dict[str, str] = {}
+    if rebuild or not store.files.exists(relative):
         def vectors_of(wanted: list[str]) -> np.ndarray:
-            return vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]))
+            return vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]), at)
 
         index = None
         # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
-        previous = published_vector_index(store, kind) if may_update(cfg.vectors, len(item_ids)) else None
+        previous = published_vector_index(store, kind) if may_update(cfg.vectors, len(item_ids)) and not rebuild else None
         if previous is not None:
             index = update_index(previous, item_ids, hashes, vectors_of, cfg.vectors)
             del previous
         if index is None:
-            index = build_index(item_ids, vector_matrix(store, where, keys.column("item_id")), cfg.vectors, hashes)
-        save_to(store.files, relative, index)
-    return relative
+            index = build_index(item_ids, vector_matrix(store, where, keys.column("item_id"), at), cfg.vectors, hashes)
+        written = save_to(store.files, relative, index)
+    return relative, written
 
 
 def published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
@@ -58,12 +62,12 @@ def published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
     return load_from(store.files, relative)
 
 
-def vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray) -> np.ndarray:
+def vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray, at: int | None = None) -> np.ndarray:
     """The vectors of `item_ids`, row i for item i, filled from a streaming scan (one float32
     matrix; reading the table whole and flattening it took three copies)."""
     matrix = None
     wanted = item_ids.combine_chunks()
-    for batch in store.scanner("embeddings", where=where)(["item_id", "vector"]):
+    for batch in store.scanner("embeddings", where=where, version=at)(["item_id", "vector"]):
         found = pc.index_in(batch.column("item_id"), value_set=wanted)
         if found.null_count:  # an item not asked for
             batch, found = batch.filter(pc.is_valid(found)), found.drop_null()

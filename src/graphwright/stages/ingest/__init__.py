@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 from graphwright.pipeline.errors import NothingToIndex, RefusedDeletion
 from graphwright.pipeline.stage import Stage, Where
-from graphwright.stages.ingest.diff import diff_documents
+from graphwright.stages.ingest.diff import diff_documents, kind_collisions
 from graphwright.stages.ingest.sources import SourceError, document_tables
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore, spill
@@ -32,6 +32,8 @@ def execute(run, m: dict) -> dict:
             files.append((path, part.num_rows))
             kept.append(part.select(columns))
         incoming = pa.concat_tables([contracts.empty("documents").select(columns), *kept])
+        if not mirror and indexed.num_rows:
+            incoming = _without_collisions(incoming, indexed, errors)
         for err in errors:
             run.log(f"[yellow]skipped[/] {err.source}: {err.reason}")
         if errors:
@@ -68,6 +70,20 @@ def execute(run, m: dict) -> dict:
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),
                  work_unit="documents", work_done=incoming.num_rows, work_total=incoming.num_rows)
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in errors]}
+
+
+def _without_collisions(incoming: pa.Table, indexed: pa.Table, errors: list[SourceError]) -> pa.Table:
+    """The incoming documents less those that would displace an indexed document of the other
+    kind (diff.kind_collisions), each reported naming both sources."""
+    collisions = kind_collisions(incoming, indexed)
+    for doc_id, source, before in collisions:
+        errors.append(SourceError(source, f"document {doc_id} has the key of the document indexed from {before}, which it would "
+                                          "replace; kept the indexed one. Give the record another id, or delete the indexed "
+                                          "document first (graphwright delete --doc-id KEY)"))
+    if not collisions:
+        return incoming
+    refused = pa.array(sorted({d for d, _, _ in collisions}), pa.string())
+    return incoming.filter(pc.invert(pc.is_in(incoming.column("doc_id"), value_set=refused)))
 
 
 def deleted_share(store: IndexStore, deleted: list[str], n_indexed: int) -> float:

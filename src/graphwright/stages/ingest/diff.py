@@ -57,3 +57,24 @@ def diff_documents(
     if mirror:
         deleted = sorted(d for d in old if d not in seen and old_source[d] not in protected_sources)
     return DocumentDiff(sorted(new_ids), sorted(changed), sorted(unchanged), deleted, sorted(relabeled))
+
+
+RECORD_SUFFIXES = (".jsonl", ".ndjson", ".parquet")
+
+
+def kind_collisions(incoming: pa.Table, indexed: pa.Table) -> list[tuple[str, str, str]]:
+    """(doc_id, incoming source, indexed source) of incoming documents that would replace an
+    indexed one of the other kind: a record whose id is the key of a document read from a text
+    file, or a text file whose key is an indexed record's id. An append run must not let one
+    displace the other without a word."""
+    old_source = dict(zip(indexed.column("doc_id").to_pylist(), indexed.column("source").to_pylist()))
+    found = []
+    for did, source in zip(incoming.column("doc_id").to_pylist(), incoming.column("source").to_pylist()):
+        before = old_source.get(did)
+        if before is not None and before != source and _is_record(before) != _is_record(source):
+            found.append((did, source, before))
+    return found
+
+
+def _is_record(source: str) -> bool:
+    return source.lower().endswith(RECORD_SUFFIXES)

@@ -18,7 +18,10 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 
 from graphwright import ids
+from graphwright.stages.ingest.files import decode_text, folder_files
 from graphwright.storage import contracts, location
+
+__all__ = ["decode_text", "read_sources", "document_tables", "documents_table", "Document", "SourceError"]
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
 RECORD_SUFFIXES = {".jsonl", ".ndjson", ".parquet"}
@@ -51,23 +54,6 @@ class SourceBatch:
     failed_sources: set[str]
 
 
-def decode_text(raw: bytes) -> str:
-    """Bytes to text, or ValueError with a reason a person can act on."""
-    if not raw.strip():
-        raise ValueError("empty file")
-    if b"\x00" in raw[:8192]:
-        raise ValueError("binary file (contains NUL bytes)")
-    bom = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a UTF-8 byte-order mark is not text
-    try:
-        text = raw[bom:].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = exc.start + bom
-        raise ValueError(f"not valid UTF-8 (byte {at}: {raw[at:at + 1]!r}); convert it to UTF-8") from None
-    if not text.strip():
-        raise ValueError("empty file (whitespace only)")
-    return text
-
-
 def _title_from_text(text: str, fallback: str) -> str:
     for line in text.splitlines():
         line = line.strip().lstrip("#").strip().lstrip("\ufeff")
@@ -95,6 +81,11 @@ def _record_documents(path: Path, records: Iterator[tuple[int, dict]], errors: l
         if not isinstance(text, str) or not text.strip():
             errors.append(SourceError(where, f"record {key!r} has no text"))
             continue
+        broken = [(f, why) for f, v in (("id", key), ("title", rec.get("title")), ("text", text)) if (why := _unencodable(v))]
+        if broken:
+            field_name, why = broken[0]
+            errors.append(SourceError(where, f"record {key!r}: its {field_name} is not valid Unicode ({why}); fix the record's \\u escapes"))
+            continue
         metadata = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {
             k: v for k, v in rec.items() if k not in ("id", "title", "text") and _jsonable(v)
         }
@@ -105,6 +96,18 @@ def _record_documents(path: Path, records: Iterator[tuple[int, dict]], errors: l
             text=text,
             metadata=metadata,
         )
+
+
+def _unencodable(value) -> str | None:
+    """What makes a string impossible to store as UTF-8 (a lone surrogate such as JSON's
+    "\\ud800"), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate \\u{ord(value[exc.start]):04x} at character {exc.start}"
+    return None
 
 
 def _jsonable(value) -> bool:
@@ -118,10 +121,12 @@ def _jsonable(value) -> bool:
 def _jsonl_records(path: Path, errors: list[SourceError]) -> Iterator[tuple[int, dict]]:
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
+            if line_no == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                raise ValueError("UTF-16 text (it starts with a UTF-16 byte-order mark); JSONL must be UTF-8: convert it")
             if not raw.strip():
                 continue
             try:
-                yield line_no, json.loads(raw.decode("utf-8"))
+                yield line_no, json.loads(raw.decode("utf-8-sig" if line_no == 1 else "utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 errors.append(SourceError(f"{path}:{line_no}", f"invalid JSON line: {exc}"))
 
@@ -131,7 +136,15 @@ def _parquet_records(path: Path) -> Iterator[tuple[int, dict]]:
 
     row = 0
     with path.open("rb") as fh:
-        for batch in pq.ParquetFile(fh).iter_batches(batch_size=4096):
+        parquet = pq.ParquetFile(fh)
+        columns = parquet.schema_arrow
+        missing = [c for c in ("text",) if c not in columns.names] + ([] if {"id", "title"} & set(columns.names) else ["id (or title)"])
+        if missing:  # one message for the file, not one per row
+            raise ValueError(f"no {' and no '.join(repr(c) if c == 'text' else c for c in missing)} column (it has: "
+                             f"{', '.join(columns.names) or 'none'}); a Parquet source needs a text column and an id or title column")
+        if not (pa.types.is_string(columns.field("text").type) or pa.types.is_large_string(columns.field("text").type)):
+            raise ValueError(f"its 'text' column holds {columns.field('text').type}, not strings")
+        for batch in parquet.iter_batches(batch_size=4096):
             for rec in batch.to_pylist():
                 row += 1
                 yield row, rec
@@ -188,6 +201,9 @@ def _object_sources(uri: str) -> list[tuple[ObjectFile, str]]:
     return [(ObjectFile(store, base, k), k[len(folder):]) for k in keys]
 
 
+MAX_ERRORS_PER_FILE = 50
+
+
 def read_path(path: Path, source_key: str, errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
     """Documents from one file; problems go to `errors` (and `failed` when the whole file is lost)."""
     suffix = path.suffix.lower()
@@ -208,6 +224,10 @@ def read_path(path: Path, source_key: str, errors: list[SourceError], failed: se
     if len(errors) > errors_before:
         # a record we could not read may be one already indexed: keep this file's documents
         failed.add(str(path))
+    if len(errors) - errors_before > MAX_ERRORS_PER_FILE:  # a broken export must not bury the other messages
+        more = len(errors) - errors_before - MAX_ERRORS_PER_FILE
+        del errors[errors_before + MAX_ERRORS_PER_FILE:]
+        errors.append(SourceError(str(path), f"{more} more problems in this file (the first {MAX_ERRORS_PER_FILE} are listed)"))
 
 
 def read_sources(sources: list[str | Path]) -> SourceBatch:
@@ -238,42 +258,56 @@ def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceE
 
 def iter_documents(sources: list[str | Path], errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
     """Every source's documents, in order; problems go to `errors` (and `failed`). A key seen
-    before is an error naming both files, and the first document is kept."""
+    before is an error naming both files, and the first document is kept; a record whose id is
+    also a text file's key (its path relative to its folder) is refused and the file's
+    document kept, whichever is read first."""
+    keyed = [pair for source in sources for pair in _source_files(source, errors, failed)]
+    file_keys = {key: str(path) for path, key in keyed if path.suffix.lower() in TEXT_SUFFIXES}
     first_source: dict[str, str] = {}  # source key -> the file it was read from
-    for source in sources:
-        if location.is_uri(str(source)):
-            from obstore.exceptions import BaseError
-
-            try:
-                keyed = _object_sources(str(source))
-            except BaseError as exc:  # unreachable store, missing bucket, no permission
-                keyed, reason = [], f"cannot list: {str(exc).splitlines()[0]}"
-            else:
-                reason = "no such object, prefix or matching objects"
-            if not keyed:
-                errors.append(SourceError(str(source), reason))
-                failed.add(str(source))
+    for path, key in keyed:
+        for doc in read_path(path, key, errors, failed):
+            is_record = path.suffix.lower() in RECORD_SUFFIXES
+            if is_record and doc.source_key in file_keys:
+                errors.append(SourceError(doc.source, f"record id {doc.source_key!r} is also the path of the file "
+                                                      f"{file_keys[doc.source_key]}: both would be document {doc.source_key!r}; "
+                                                      "the file's document is kept: give the record another id"))
+                failed.add(doc.source)
                 continue
-        elif (root := Path(source)).is_dir():
-            files = sorted(
-                p for p in root.rglob("*")
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-            )
-            keyed = [(p, p.relative_to(root).as_posix()) for p in files]
-        elif root.exists():
-            keyed = [(root, root.name)]
+            if doc.source_key in first_source:
+                other = first_source[doc.source_key]
+                errors.append(SourceError(doc.source, f"duplicate document key {doc.source_key!r} (also in {other}); kept the first"))
+                continue
+            first_source[doc.source_key] = doc.source
+            yield doc
+
+
+def _source_files(source: str | Path, errors: list[SourceError], failed: set[str]) -> list[tuple]:
+    """(file, source key) of one source: an object-store URI, a folder or a file."""
+    if location.is_uri(str(source)):
+        from obstore.exceptions import BaseError
+
+        try:
+            keyed = _object_sources(str(source))
+        except BaseError as exc:  # unreachable store, missing bucket, no permission
+            keyed, reason = [], f"cannot list: {str(exc).splitlines()[0]}"
         else:
-            errors.append(SourceError(str(root), "no such file or directory"))
-            failed.add(str(root))
-            continue
-        for path, key in keyed:
-            for doc in read_path(path, key, errors, failed):
-                if doc.source_key in first_source:
-                    other = first_source[doc.source_key]
-                    errors.append(SourceError(doc.source, f"duplicate document key {doc.source_key!r} (also in {other}); kept the first"))
-                    continue
-                first_source[doc.source_key] = doc.source
-                yield doc
+            reason = "no such object, prefix or matching objects"
+        if not keyed:
+            errors.append(SourceError(str(source), reason))
+            failed.add(str(source))
+        return keyed
+    root = Path(source)
+    if root.is_dir():
+        def report(path: Path, reason: str) -> None:
+            errors.append(SourceError(str(path), reason))
+            failed.add(str(path))
+
+        return [(p, p.relative_to(root).as_posix()) for p in folder_files(root, report)]
+    if root.exists():
+        return [(root, root.name)]
+    errors.append(SourceError(str(root), "dangling symlink: its target does not exist" if root.is_symlink() else "no such file or directory"))
+    failed.add(str(root))
+    return []
 
 
 def documents_table(docs: list[Document], run_id: str) -> pa.Table:

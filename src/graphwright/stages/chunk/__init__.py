@@ -5,9 +5,6 @@ no chunks are chunked; chunks of deleted or superseded versions are removed."""
 
 from __future__ import annotations
 
-import bisect
-import zlib
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,104 +13,17 @@ from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
-from graphwright.text.sentences import split_sentences
-from graphwright.text.tokens import token_spans
+from graphwright.stages.chunk.plan import ANCHOR_EVERY, plan_chunks, split_spans  # noqa: F401  (re-exported)
 
 DOCUMENTS_PER_BATCH = 8  # documents vary in length far more than chunks: small batches spread the work
 
 
-def split_spans(spans: list[tuple[int, int]], size: int, overlap: int) -> list[tuple[int, int, int]]:
-    """Fixed windows of `size` tokens overlapping by `overlap`: (first token, end token, n_tokens).
-    Kept for callers that want plain windows; documents are chunked by `plan_chunks`."""
-    if overlap >= size:
-        raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
-    n = len(spans)
-    windows, start, step = [], 0, size - overlap
-    while start < n:
-        end = min(start + size, n)
-        windows.append((start, end, end - start))
-        if end == n:
-            break
-        start += step
-    return windows
-
-
-def _word_starts(spans: list[tuple[int, int]]) -> list[bool]:
-    """Token i starts a word when whitespace precedes it ('##ling' and ',' do not)."""
-    return [i == 0 or spans[i][0] > spans[i - 1][1] for i in range(len(spans))]
-
-
-def _sentence_pieces(text: str, spans, word_start, max_tokens: int) -> list[tuple[int, int]]:
-    """Token ranges of sentences; a sentence longer than `max_tokens` is cut at word starts."""
-    starts = [a for a, _ in split_sentences(text)] or [0]
-    pieces, first = [], 0
-    for i in range(1, len(spans) + 1):
-        if i < len(spans) and bisect.bisect_right(starts, spans[i][0]) == bisect.bisect_right(starts, spans[first][0]):
-            continue
-        a, b = first, i
-        while b - a > max_tokens:
-            cut = a + max_tokens
-            while cut > a + 1 and not word_start[cut]:
-                cut -= 1
-            cut = cut if cut > a + 1 else a + max_tokens  # one 'word' longer than a chunk
-            pieces.append((a, cut))
-            a = cut
-        pieces.append((a, b))
-        first = i
-    return pieces
-
-
-def plan_chunks(text: str, spans: list[tuple[int, int]], size: int, overlap: int, min_tokens: int) -> list[tuple[int, int]]:
-    """Token ranges of chunks with content-defined boundaries.
-
-    Chunks end at sentence ends: once a chunk holds `min_tokens`, it ends after the first sentence
-    whose text hashes to an anchor, or before a sentence that would overflow it. The decision
-    depends only on nearby text, so inserting a paragraph changes the chunks around it and
-    leaves the ids of the others unchanged (fixed windows would shift every later chunk).
-    Each chunk but the first then starts up to `overlap` tokens early, at a word start.
-    """
-    if overlap >= size:
-        raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
-    if not spans:
-        return []
-    word_start = _word_starts(spans)
-    budget = size - overlap  # room left for the overlap every chunk but the first starts with
-    pieces = _sentence_pieces(text, spans, word_start, budget)
-    cores, start, used = [], None, 0
-    for a, b in pieces:
-        room = size if not cores else budget
-        if start is not None and used + (b - a) > room:
-            cores.append((start, a))
-            start, used = None, 0
-        if start is None:
-            start = a
-        used += b - a
-        fits = len(spans) - start <= room  # the rest of the document fits: one chunk, no cut
-        if used >= min_tokens and not fits and zlib.crc32(text[spans[a][0]:spans[b - 1][1]].encode()) % ANCHOR_EVERY == 0:
-            cores.append((start, b))
-            start, used = None, 0
-    if start is not None:
-        cores.append((start, pieces[-1][1]))
-    chunks = []
-    for k, (a, b) in enumerate(cores):
-        if k and overlap:
-            early = max(cores[k - 1][0], a - overlap)
-            while early < a and not word_start[early]:
-                early += 1
-            a = early
-        chunks.append((a, b))
-    return chunks
-
-
-ANCHOR_EVERY = 2  # after min_tokens, about one sentence in two ends a chunk
-
-
 def chunk_text(doc_id: str, text: str, size: int, overlap: int, min_tokens: int | None = None) -> list[dict]:
-    spans = token_spans(text)
+    """The chunk rows of one document (stages.chunk.plan: tokenized in windows, so a huge
+    document's memory stays bounded)."""
     rows, seen = [], {}
     min_tokens = (2 * size) // 3 if min_tokens is None else min_tokens
-    for index, (first, end) in enumerate(plan_chunks(text, spans, size, overlap, min_tokens)):
-        start_char, end_char = spans[first][0], spans[end - 1][1]
+    for index, (first, end, start_char, end_char) in enumerate(plan_chunks(text, size, overlap, min_tokens)):
         piece = text[start_char:end_char]
         occurrence = seen.get(piece, 0)
         seen[piece] = occurrence + 1
