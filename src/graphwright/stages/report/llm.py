@@ -111,13 +111,15 @@ class _Costs:
         self.text, self.tokens = text, {}
 
     def of(self, ids) -> list[int]:
-        missing = [i for i in dict.fromkeys(ids) if i not in self.tokens]
+        tokens = self.tokens
+        missing = [i for i in dict.fromkeys(ids) if i not in tokens]
         if missing:  # +2: the row's id and separator in the prompt
-            self.tokens.update(zip(missing, (n + 2 for n in count_tokens([self.text(i) for i in missing]))))
-        return [self.tokens[i] for i in ids]
+            tokens.update(zip(missing, (n + 2 for n in count_tokens([self.text(i) for i in missing]))))
+        return [tokens[i] for i in ids]
 
     def __getitem__(self, i: str) -> int:
-        return self.of([i])[0]
+        cost = self.tokens.get(i)
+        return self.of([i])[0] if cost is None else cost
 
 
 def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Callable[[set[str]], dict[str, str]], config,
@@ -174,15 +176,18 @@ def _rows(c, eligible, planned, ent, rel, e_cost, r_cost, config) -> tuple[list[
     children: list[str] = []
     if not fits(keep_e, keep_r, 0):
         kids = sorted((eligible[k] for k in c["children_ids"] if k in planned), key=lambda k: (-k["size"], k["community_id"]))
+        left_e, left_r = set(keep_e), set(keep_r)  # what no chosen child covers, as sets: a child costs its own size
         for kid in kids:
             if share * (len(children) + 1) > budget:
                 break
             children.append(kid["community_id"])
-            gone_e, gone_r = set(kid["entity_ids"]), set(kid["relationship_ids"])
-            keep_e = [e for e in keep_e if e not in gone_e]
-            keep_r = [r for r in keep_r if r not in gone_r]
-            if fits(keep_e, keep_r, len(children)):
-                break
+            left_e.difference_update(kid["entity_ids"])
+            left_r.difference_update(kid["relationship_ids"])
+            if MIN_ROW_COST * (len(left_e) + len(left_r)) + share * len(children) <= budget:
+                keep_e, keep_r = [e for e in keep_e if e in left_e], [r for r in keep_r if r in left_r]
+                if fits(keep_e, keep_r, len(children)):
+                    break
+        keep_e, keep_r = [e for e in keep_e if e in left_e], [r for r in keep_r if r in left_r]
     if not fits(keep_e, keep_r, len(children)):  # still too big: keep the best-ranked rows that fit
         keep_e, keep_r = _trim(keep_e, keep_r, ent, rel, e_cost, r_cost, budget - share * len(children))
     room = budget - sum(e_cost.of(keep_e)) - sum(r_cost.of(keep_r)) if not children else 0
