@@ -120,6 +120,69 @@ def test_every_mode_of_both_engines_answers_from_our_rows_only(trip):
     assert "TOBIAS REED" in {e["entity"] for e in results[("graphrag", "local")]["context"]["entities"]}
 
 
+_PARSE_RECORDS = """
+import asyncio, json, sys
+import networkx as nx
+from lightrag.operate import _process_json_extraction_result
+from lightrag.utils import normalize_entity_name
+workdir = sys.argv[1]
+kg = nx.read_graphml(workdir + "/graph_chunk_entity_relation.graphml")
+cache = json.load(open(workdir + "/kv_store_llm_response_cache.json"))
+out = {"renamed": [n for n in kg.nodes if normalize_entity_name(n) != n], "records": 0, "unknown": [], "retyped": [], "dropped": 0}
+for record in cache.values():
+    nodes, edges = asyncio.run(_process_json_extraction_result(record["return"], record["chunk_id"], 0))
+    said = json.loads(record["return"])
+    out["records"] += 1
+    out["dropped"] += len(said["entities"]) - sum(map(len, nodes.values())) + len(said["relationships"]) - sum(map(len, edges.values()))
+    out["unknown"] += [n for n in nodes if n not in kg] + [f"{s}~{t}" for s, t in edges if not kg.has_edge(s, t)]
+    out["retyped"] += [(n, d["entity_type"]) for n, ds in nodes.items() for d in ds if d["entity_type"] != kg.nodes[n]["entity_type"] and n in kg
+                       and d["entity_type"] not in {x["type"] for x in said["entities"] if x["name"] == n}]
+print(json.dumps(out))
+"""
+
+
+def test_lightrag_parses_our_names_and_records_as_we_wrote_them(trip):
+    """LightRAG's own normaliser leaves every node name as it is, and its own rebuild parser
+    reads every extraction record into names and pairs of the graph, dropping nothing."""
+    report = json_lines(run_reference([REF_PYTHON, "-c", _PARSE_RECORDS, trip.exports["lightrag"]]).stdout)[-1]
+    print("LightRAG's parser on our records:", report)
+    assert report == {"renamed": [], "records": len(lightrag_names(trip.exports["lightrag"])[2]), "unknown": [], "retyped": [], "dropped": 0}
+
+
+_NAME_RULES = """
+import json, sys
+from graphrag.index.utils.string import clean_str
+from lightrag.utils import normalize_entity_name
+def fixed(text):
+    previous = None
+    while text != previous:
+        previous, text = text, normalize_entity_name(text)
+    return text
+names = json.loads(sys.stdin.read())
+print(json.dumps({"graphrag": [clean_str(n.upper()) for n in names], "lightrag": [fixed(n) for n in names]}))
+"""
+
+
+def test_our_name_rules_agree_with_the_engines_own():
+    """graphwright.exports.names against graphrag's clean_str and LightRAG's normalize_entity_name
+    on hostile names: quotes, entities, tags, full-width and CJK text, odd spaces, numbers."""
+    import random
+
+    from graphwright.exports.names import graphrag_title, lightrag_name
+
+    names = ["O’Brien", "“Scrooge”", "'Marley'", '"Fred"', "Ａｌｉｃｅ", "Bob\u00a0Cratchit", "Fezziwig<br>", "<p>Belle</p>", "12", "1.2",
+             "123", "Tiny &amp; Tim", "Ghost\x07 of Christmas", "北京 大学", "北京 University", "《Carol》", "Fred\u202fJr", "  spaced  ",
+             "Mr. Fezziwig’s", "—Dash—", "（Old）Joe", '"“Dick”"', "Caf\u00e9 Fan", "\ud800bad", "tab\tname"]
+    rng = random.Random(21)
+    alphabet = "aZ 1.'\"“”‘’《》（）—－　\u00a0\u202f&;<>/br北京ＡＢ\x07\t"
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(400)]
+    proc = subprocess.run([str(REF_PYTHON), "-c", _NAME_RULES], input=json.dumps(names), capture_output=True, text=True,
+                          env=reference_env(), check=True, timeout=300)
+    theirs = json.loads(proc.stdout.splitlines()[-1])
+    assert [graphrag_title(n) for n in names] == theirs["graphrag"]
+    assert [(n, lightrag_name(n)) for n in names] == list(zip(names, theirs["lightrag"]))
+
+
 def test_graphrag_query_is_one_command_after_export(trip):
     """The export's settings.yaml and .env are all graphrag needs: its own CLI, run under our
     embedding server, with none of its variables set."""

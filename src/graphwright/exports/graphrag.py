@@ -1,16 +1,24 @@
 """Microsoft GraphRAG 3.3 output layout for one published version.
 
-    <out>/settings.yaml                  graphrag config: output/ tables, output/lancedb vectors
+    <out>/settings.yaml, <out>/.env      graphrag config: output/ tables, output/lancedb vectors, endpoints
+    <out>/input/                         empty: new documents for `graphrag update`
     <out>/output/{entities,relationships,communities,community_reports,text_units,documents}.parquet
     <out>/output/lancedb/{entity_description,text_unit_text,community_full_content}.lance
 
 Column names and types follow graphrag 3.3's final tables (graphrag.data_model.schemas). Its
-conventions, applied to our rows: `id` is our content-derived id (graphrag itself uses uuid4);
-`human_readable_id` numbers rows in id order; relationships name their ends by entity title;
-a community's `community` number is our `human_id`, `parent` is -1 at the top level; a report's
-`id` is its community's id; `n_tokens` counts our chunker's (MiniLM) tokens, which graphrag only
-reads as a size. The vector tables hold our stored embeddings (one row per id), so
-questions must be embedded with the same model (see graphwright.exports.embed_server).
+conventions that its readers and its `update` depend on, applied to our rows: titles and types
+as its extractor writes them (uppercase, cleaned: graphwright.exports.names), since `update`
+merges entities by exact title; `frequency` is the number of text units; relationships name their
+ends by title, in title order; a document's title is its file name with the extension (what
+`update` compares with input/), and `creation_date` is graphrag's format. Kept as ours, since
+nothing of graphrag's derives them: `id` is our content-derived id (graphrag uses uuid4);
+`human_readable_id` numbers rows in id order; a community's `community` number is our
+`human_id`, `parent` is -1 at the top level; a report's `id` is its community's id (graphrag
+hashes the report text; the community_full_content vectors, which DRIFT joins by id, use the
+same key); `n_tokens` counts our chunker's (MiniLM) tokens, which graphrag only reads as a size.
+The vector tables hold our stored embeddings (one row per id), so questions must be embedded
+with the same model (see graphwright.exports.embed_server). `.env` names the endpoints
+(graphwright.exports.endpoints); `input/` is where `graphrag update` looks for new documents.
 """
 
 from __future__ import annotations
