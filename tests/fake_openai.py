@@ -5,10 +5,8 @@ misbehave (drop the connection, answer 503 or 400, return malformed JSON) for ch
 a given marker. It also answers global search's map and reduce prompts, keyword extraction and
 community report prompts. It counts requests and records request bodies.
 
-It also answers the query prompts of the reference engines that read our exports (GraphRAG's
-local and global search, LightRAG's keyword extraction and answers) deterministically: keywords
-are the question's words, and an answer quotes the start of the context the engine put in its
-prompt, so a test can see which of our data reached the LLM."""
+It also answers the prompts of the reference engines that read and write our exports (graphrag
+3.3, lightrag-hku 1.5), deterministically: tests/fake_reference.py."""
 
 from __future__ import annotations
 
@@ -21,6 +19,8 @@ from graphwright.config import EmbedConfig
 from graphwright.engines.embed.hashing_engine import HashingEmbedder
 from graphwright.engines.llm import standin
 from graphwright.util.loopback import LoopbackServer
+
+from fake_reference import reference_answer  # tests/ is on sys.path (pytest, or run from there)
 
 
 class FakeOpenAI(LoopbackServer):
@@ -48,7 +48,7 @@ class FakeOpenAI(LoopbackServer):
         return None
 
     def _answer(self, body: dict) -> str:
-        reference = _reference_answer(body["messages"])
+        reference = reference_answer(body["messages"])
         if reference is not None:
             return reference
         return standin.answer(body["messages"], tuple(self.zero_score_markers))
@@ -111,28 +111,6 @@ class FakeOpenAI(LoopbackServer):
                 self._send(200, json.dumps(standin.completion(body, content)).encode())
 
         return Handler
-
-
-# where the reference engines put their retrieved context in a prompt
-_CONTEXT_MARKERS = ("---Data tables---", "---Analyst Reports---", "---Context---")
-
-
-def _reference_answer(messages: list[dict]) -> str | None:
-    text = "\n".join(m["content"] for m in messages if isinstance(m.get("content"), str))
-    if "high_level_keywords" in text and "User Query:" in text:  # LightRAG keyword extraction
-        query = text.rsplit("User Query:", 1)[1].strip().splitlines()[0]
-        words = re.findall(r"[A-Za-z][\w-]*", query.replace("\u2019s", "").replace("'s", ""))
-        low = [w for w in words if w[0].isupper() and w.lower() not in {"who", "what", "where", "when", "why", "how", "which"}]
-        high = [w.lower() for w in words if len(w) > 3 and w not in low]
-        return json.dumps({"high_level_keywords": high or [query], "low_level_keywords": low or [query]})
-    marker = next((m for m in _CONTEXT_MARKERS if m in text), None)
-    if marker is None:
-        return None
-    context = " ".join(text.split(marker, 1)[1].split())
-    quote = context[:400]
-    if '"points"' in text:  # GraphRAG global search, map step: JSON points with scores
-        return json.dumps({"points": [{"description": f"The reports say: {quote} [Data: Reports (0)]", "score": 80}]})
-    return f"According to the context: {quote}"
 
 
 if __name__ == "__main__":  # serve on a fixed loopback port until interrupted (for benchmarks)

@@ -2,6 +2,11 @@
 so that GraphRAG and LightRAG embed questions with the model that embedded our export.
 
     python -m graphwright.exports.embed_server --index DIR [--port 8091]
+    python -m graphwright.exports.embed_server --index DIR -- COMMAND [ARGS...]
+
+The second form serves on a free port for as long as COMMAND runs, tells it where (the
+variables an export's `.env` names, which the engines let the environment override) and exits
+with its status: `... -- graphrag query --root DIR/exports/graphrag/v1 "question"`.
 """
 
 from __future__ import annotations
@@ -81,20 +86,57 @@ class EmbeddingServer(LoopbackServer):
         return Handler
 
 
-def main() -> None:  # pragma: no cover
+def run_command(server: EmbeddingServer, command: list[str]) -> int:
+    """Run `command` with the export variables pointing at `server`; its exit status."""
+    import os
+    import signal
+    import subprocess
+
+    from graphwright.exports.endpoints import EMBEDDING_URL_VARIABLES
+
+    env = {**os.environ, **{name: server.base_url for name in EMBEDDING_URL_VARIABLES}}
+    try:
+        child = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        raise SystemExit(f"embed_server: no such command {command[0]!r} (is the engine's venv on PATH?)") from None
+    # a stop asked of us is passed on to the command (a server run under us), which then ends us
+    forward = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: child.terminate()) if forward else None
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.terminate()
+        return child.wait()
+    finally:
+        if forward:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--index", required=True)
     parser.add_argument("--version", type=int)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8091)
-    args = parser.parse_args()
-    import time
+    parser.add_argument("--port", type=int, help="default 8091; a free one when running a command")
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if "--" in argv and not command:
+        parser.error("give a command after --")
+    from graphwright.exports.endpoints import EMBED_SERVER_PORT
 
-    with EmbeddingServer.for_index(args.index, args.version, host=args.host, port=args.port) as server:
+    port = args.port if args.port is not None else (0 if command else EMBED_SERVER_PORT)
+    with EmbeddingServer.for_index(args.index, args.version, host=args.host, port=port) as server:
+        if command:
+            return run_command(server, command)
+        import time
+
         print(f"embeddings ({server.model}) on {server.base_url}", flush=True)
-        while True:
+        while True:  # pragma: no cover
             time.sleep(3600)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    raise SystemExit(main())

@@ -34,7 +34,7 @@ class PublishedGraph:
             version=index.version,
             published_at=index.manifest["published_at"],
             embedding_model=index.manifest["embedding_model"],
-            documents=rows("documents", ["doc_id", "source_key", "title", "text", "metadata"], lambda r: r["doc_id"]),
+            documents=rows("documents", ["doc_id", "source_key", "source", "title", "text", "metadata"], lambda r: r["doc_id"]),
             chunks=rows("chunks", ["chunk_id", "doc_id", "chunk_index", "text", "n_tokens"], lambda r: (r["doc_id"], r["chunk_index"], r["chunk_id"])),
             entities=rows("entities", ["entity_id", "name", "type", "description", "mention_count", "degree", "chunk_ids", "doc_ids"],
                           lambda r: r["entity_id"]),
@@ -47,13 +47,19 @@ class PublishedGraph:
             index=index,
         )
 
-    def titles(self) -> dict[str, str]:
-        """entity_id -> a unique display name: GraphRAG and LightRAG both key entities by name, and
-        two of our entities (different canonical keys) may share one."""
-        seen: dict[str, int] = {}
-        for e in self.entities:
-            seen[e["name"]] = seen.get(e["name"], 0) + 1
-        return {e["entity_id"]: e["name"] if seen[e["name"]] == 1 else f"{e['name']} [{e['entity_id'][:8]}]" for e in self.entities}
+    def extractions(self) -> tuple[list[dict], list[dict], dict[str, str]]:
+        """(mentions, assertions, alias -> entity_id): what each chunk contributed, as the
+        version's extractor found it, and the entity each surface name was resolved into."""
+        from graphwright.stages.extract.extractors import extractor_key
+
+        config = self.index.config
+        key = extractor_key(config.extract, config.llm).replace("'", "''")
+        mentions = self.index.read("mentions", columns=["chunk_id", "name", "type", "description", "count"],
+                                   where=f"extractor = '{key}'").to_pylist()
+        assertions = self.index.read("assertions", columns=["chunk_id", "source", "target", "description", "weight"],
+                                     where=f"extractor = '{key}'").to_pylist()
+        aliases = self.index.read("entity_aliases", columns=["alias", "entity_id"])
+        return mentions, assertions, dict(zip(aliases.column("alias").to_pylist(), aliases.column("entity_id").to_pylist()))
 
     def vectors(self, kind: str) -> dict[str, np.ndarray]:
         """The stored vectors of one kind (entity | chunk | report), computed by this version's model."""

@@ -1,34 +1,46 @@
 """Microsoft GraphRAG 3.3 output layout for one published version.
 
-    <out>/settings.yaml                  graphrag config: output/ tables, output/lancedb vectors
+    <out>/settings.yaml, <out>/.env      graphrag config: output/ tables, output/lancedb vectors, endpoints
+    <out>/input/                         empty: new documents for `graphrag update`
     <out>/output/{entities,relationships,communities,community_reports,text_units,documents}.parquet
     <out>/output/lancedb/{entity_description,text_unit_text,community_full_content}.lance
 
 Column names and types follow graphrag 3.3's final tables (graphrag.data_model.schemas). Its
-conventions, applied to our rows: `id` is our content-derived id (graphrag itself uses uuid4);
-`human_readable_id` numbers rows in id order; relationships name their ends by entity title;
-a community's `community` number is our `human_id`, `parent` is -1 at the top level; a report's
-`id` is its community's id; `n_tokens` counts our chunker's (MiniLM) tokens, which graphrag only
-reads as a size. The vector tables hold our stored embeddings (one row per id), so
-questions must be embedded with the same model (see graphwright.exports.embed_server).
+conventions that its readers and its `update` depend on, applied to our rows: titles and types
+as its extractor writes them (uppercase, cleaned: graphwright.exports.names), since `update`
+merges entities by exact title; `frequency` is the number of text units; relationships name their
+ends by title, in title order; a document's title is its file name with the extension (what
+`update` compares with input/), and `creation_date` is graphrag's format. Kept as ours, since
+nothing of graphrag's derives them: `id` is our content-derived id (graphrag uses uuid4);
+`human_readable_id` numbers rows in id order; a community's `community` number is our
+`human_id`, `parent` is -1 at the top level; a report's `id` is its community's id (graphrag
+hashes the report text; the community_full_content vectors, which DRIFT joins by id, use the
+same key); `n_tokens` counts our chunker's (MiniLM) tokens, which graphrag only reads as a size.
+The vector tables hold our stored embeddings (one row per id), so questions must be embedded
+with the same model (see graphwright.exports.embed_server). `.env` names the endpoints
+(graphwright.exports.endpoints); `input/` is where `graphrag update` looks for new documents.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphwright.exports import relations
+from graphwright.exports.endpoints import endpoints, graphrag_env
 from graphwright.exports.graph import PublishedGraph
+from graphwright.exports.names import graphrag_title, graphrag_type, unique_names
 
 TABLES = ("entities", "relationships", "communities", "community_reports", "text_units", "documents")
 # graphrag's embedding names (graphrag.config.embeddings) -> our stored embedding kind
 VECTOR_TABLES = {"entity_description": "entity", "text_unit_text": "chunk", "community_full_content": "report"}
 
+CREATION_DATE = "%Y-%m-%d %H:%M:%S %z"  # graphrag_storage's format for a file's creation date
 _STRS = pa.list_(pa.string())
 _INTS = pa.list_(pa.int64())
 _FINDINGS = pa.list_(pa.struct([("explanation", pa.string()), ("summary", pa.string())]))
@@ -57,7 +69,9 @@ def tables(graph: PublishedGraph) -> dict[str, pa.Table]:
     """The six graphrag tables of a published version."""
     period = graph.published_at.date().isoformat()
     degree = {e["entity_id"]: e["degree"] for e in graph.entities}
-    title = graph.titles()
+    title = unique_names(graph.entities, graphrag_title)
+    entity_type = {e["entity_id"]: graphrag_type(e["type"]) for e in graph.entities}
+    created = graph.published_at.strftime(CREATION_DATE)
     number = {c["community_id"]: c["human_id"] for c in graph.communities}
     entities_of_chunk: dict[str, list[str]] = {}
     for e in graph.entities:
@@ -77,17 +91,20 @@ def tables(graph: PublishedGraph) -> dict[str, pa.Table]:
                 "period": period, "size": c["size"]}
 
     communities = {c["community_id"]: c for c in graph.communities}
+    # graphrag's update merges a relationship it extracts with ours by exact (source, target):
+    # written in title order, as LightRAG writes its pairs
+    ends = [tuple(sorted((title[r["source_id"]], title[r["target_id"]]))) for r in graph.relationships]
     rows = {
         "entities": [
-            {"id": e["entity_id"], "human_readable_id": n, "title": title[e["entity_id"]], "type": e["type"], "description": e["description"],
-             "text_unit_ids": e["chunk_ids"], "frequency": e["mention_count"], "degree": e["degree"]}
+            {"id": e["entity_id"], "human_readable_id": n, "title": title[e["entity_id"]], "type": entity_type[e["entity_id"]],
+             "description": e["description"], "text_unit_ids": e["chunk_ids"], "frequency": len(e["chunk_ids"]), "degree": e["degree"]}
             for n, e in enumerate(graph.entities)
         ],
         "relationships": [
-            {"id": r["relationship_id"], "human_readable_id": n, "source": title[r["source_id"]], "target": title[r["target_id"]],
-             "description": r["description"], "weight": r["weight"], "combined_degree": degree[r["source_id"]] + degree[r["target_id"]],
-             "text_unit_ids": r["chunk_ids"]}
-            for n, r in enumerate(graph.relationships)
+            {"id": r["relationship_id"], "human_readable_id": n, "source": source, "target": target,
+             "description": relations.description(r["description"], (source, target), len(r["chunk_ids"])), "weight": r["weight"],
+             "combined_degree": degree[r["source_id"]] + degree[r["target_id"]], "text_unit_ids": r["chunk_ids"]}
+            for n, (r, (source, target)) in enumerate(zip(graph.relationships, ends))
         ],
         "communities": [
             {**community_row(c), "title": f"Community {c['human_id']}", "entity_ids": c["entity_ids"],
@@ -109,12 +126,22 @@ def tables(graph: PublishedGraph) -> dict[str, pa.Table]:
             for n, c in enumerate(graph.chunks)
         ],
         "documents": [
-            {"id": d["doc_id"], "human_readable_id": n, "title": d["title"], "text": d["text"], "text_unit_ids": chunks_of_doc.get(d["doc_id"], []),
-             "creation_date": graph.published_at.isoformat(), "raw_data": json.dumps({"source_key": d["source_key"], "metadata": json.loads(d["metadata"]) if d["metadata"] else None}, ensure_ascii=False)}
+            {"id": d["doc_id"], "human_readable_id": n, "title": document_title(d), "text": d["text"],
+             "text_unit_ids": chunks_of_doc.get(d["doc_id"], []), "creation_date": created,
+             "raw_data": json.dumps({"source_key": d["source_key"], "title": d["title"],
+                                     "metadata": json.loads(d["metadata"]) if d["metadata"] else None}, ensure_ascii=False)}
             for n, d in enumerate(graph.documents)
         ],
     }
     return {name: pa.Table.from_pylist(rows[name], schema=SCHEMAS[name]) for name in TABLES}
+
+
+def document_title(document: dict) -> str:
+    """graphrag's title for a document, which its update compares with the files in input/ to
+    find the new ones: a file's name with its extension (graphrag_input's text reader); a
+    record's id (its JSON/CSV readers with `title_column: id`)."""
+    name = PurePosixPath(document["source_key"]).name
+    return name if name == Path(document["source"]).name else document["source_key"]
 
 
 def _vector_table(ids: list[str], vectors: dict, dim: int, created: str) -> pa.Table:
@@ -136,11 +163,15 @@ def _vector_table(ids: list[str], vectors: dict, dim: int, created: str) -> pa.T
     return pa.table(columns)
 
 
-def settings_yaml(dim: int, model: str) -> str:
+def settings_yaml(dim: int, model: str, chunk_tokens: int, overlap_tokens: int) -> str:
+    """graphrag's settings for the export: the endpoints come from `.env` (graphwright.exports.
+    endpoints); documents added to input/ for `graphrag update` are cut to our chunk size (in
+    graphrag's tokens). graphrag substitutes ${VAR} in the file, so a dollar sign is written $$."""
     return f"""\
 # graphrag 3.3 settings for this export (written by graphwright). Tables are in output/, vectors
-# (our stored embeddings, model {model}, {dim} dimensions) in output/lancedb. Questions must be embedded
-# by the same model: serve it with `python -m graphwright.exports.embed_server --index INDEX`.
+# (our stored embeddings, model {model}, {dim} dimensions) in output/lancedb; the endpoints are in .env.
+#   graphrag query --root . --method local "question"     (local | global | drift | basic)
+#   graphrag update --root .                              (after adding documents to input/)
 completion_models:
   default_completion_model:
     model_provider: openai
@@ -151,16 +182,23 @@ completion_models:
 embedding_models:
   default_embedding_model:
     model_provider: openai
-    model: {model}
+    model: ${{GRAPHRAG_EMBEDDING_MODEL}}
     api_base: ${{GRAPHRAG_EMBEDDING_API_BASE}}
     auth_method: api_key
-    api_key: ${{GRAPHRAG_API_KEY}}
+    api_key: ${{GRAPHRAG_EMBEDDING_API_KEY}}
+input:
+  type: text
+  file_pattern: ".*\\\\.(txt|md)$$"
 input_storage:
   type: file
   base_dir: input
 output_storage:
   type: file
   base_dir: output
+chunking:
+  type: tokens
+  size: {chunk_tokens}
+  overlap: {overlap_tokens}
 vector_store:
   type: lancedb
   db_uri: output/lancedb
@@ -194,5 +232,8 @@ def write(graph: PublishedGraph, out: Path) -> dict:
             raise ValueError(f"version {graph.version}: {len(missing)} {kind} rows have no stored {graph.embedding_model} vector")
         db.create_table(table_name, data=_vector_table(order[kind], vectors, dim, created), mode="overwrite")
         counts[f"lancedb/{table_name}"] = len(order[kind])
-    (out / "settings.yaml").write_text(settings_yaml(dim, graph.embedding_model))
+    chunking = graph.index.config.chunk
+    (out / "settings.yaml").write_text(settings_yaml(dim, graph.embedding_model, chunking.size_tokens, chunking.overlap_tokens))
+    (out / ".env").write_text(graphrag_env(endpoints(graph.index.config, graph.embedding_model, dim)))
+    (out / "input").mkdir()  # where `graphrag update` looks for new documents
     return {"format": "graphrag", "version": graph.version, "rows": counts, "vector_size": dim, "embedding_model": graph.embedding_model}
