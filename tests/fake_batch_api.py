@@ -44,9 +44,10 @@ class FakeBatchAPI(LoopbackServer):
         self.creates = 0  # batches created (each one would be paid for)
         self.calls: list[tuple[str, str]] = []  # (method, path)
         self.auto: str | None = None  # "complete": a batch completes once it is validated
-        # what happens to the next batches once validated, in order, before `auto` applies:
+        # what happens to the next batches created, in order, once validated (before `auto` applies):
         # ("complete", {"errors": ...}), ("expire", {"answered": n}), ("fail", {}), ("wait", {})
         self.script: list[tuple[str, dict]] = []
+        self.actions: dict[str, tuple[str, dict]] = {}
         self.drop_create_reply = 0  # the next N creates succeed but their reply is lost
         self.download_gate: threading.Event | None = None  # while set to an Event, downloads wait for it
         self.downloads_waiting = threading.Semaphore(0)
@@ -143,8 +144,8 @@ class FakeBatchAPI(LoopbackServer):
                          errors={"object": "list", "data": [{"code": "invalid_request", "message": problem, "param": None, "line": None}]})
             else:
                 b.update(status="in_progress", in_progress_at=int(time.time()))
-            if b["status"] == "in_progress" and self.script:
-                action, args = self.script.pop(0)
+            if b["status"] == "in_progress" and b["id"] in self.actions:
+                action, args = self.actions.pop(b["id"])
                 if action == "complete":
                     self._complete(b["id"], **args)
                 elif action == "expire":
@@ -260,6 +261,8 @@ class FakeBatchAPI(LoopbackServer):
                             "expires_at": int(time.time()) + 86400, "request_counts": {"total": 0, "completed": 0, "failed": 0},
                             "metadata": request.get("metadata")}
                         fake.order.append(batch_id)
+                        if fake.script:
+                            fake.actions[batch_id] = fake.script.pop(0)
                         lost = fake.drop_create_reply > 0
                         fake.drop_create_reply -= lost
                     if lost:  # created, but the client never hears so

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+import yaml
 from _helpers import CORPUS, make_config, run
 from fake_batch_api import FakeBatchAPI
 from typer.testing import CliRunner
@@ -320,8 +321,11 @@ def test_a_cancelled_batch_is_collected_and_the_rest_sent_again(api, corpus, tmp
     config.write_text(f"llm: {{engine: openai-batch, model: fake-model, base_url: '{api.base_url}', api_key_env: null}}\n")
     result = cli("batches", "--index", index, "--cancel", "all", "--config", config, "--json")
     assert result["cancelled"][0]["provider_status"] == "cancelling"
-    waiting_run(corpus, index, batch_config(api, wait_s=0))  # cancelling is not over yet: nothing is sent
-    assert api.creates == 1
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(batch_config(api, wait_s=0).model_dump(mode="json")))
+    indexed = runner.invoke(app, ["index", str(corpus), "--index", str(index), "--config", str(profile), "--json"])
+    assert indexed.exit_code == 3 and "waiting:" in indexed.stderr  # cancelling is not over yet: nothing is sent
+    assert json.loads(indexed.stdout)["status"] == "waiting" and api.creates == 1
     api.finish_cancel(api.order[0], answered=4)
     api.auto = "complete"
     summary = run([corpus], index, batch_config(api))
@@ -342,3 +346,72 @@ def test_requests_are_split_by_the_providers_limits(api, tmp_path):
     engine.ctx.deadline = time.time() + 20
     responses = engine.complete([*REQUESTS, huge])
     assert all(r.ok for r in responses[:-1]) and "larger than llm.batch.max_bytes=1500" in responses[-1].error
+
+
+def test_the_enqueued_token_limit_holds_files_back_and_a_batch_failed_for_it_is_sent_again(api, tmp_path):
+    """Request files beyond llm.batch.max_enqueued_tokens wait for earlier batches; a batch the
+    provider failed for its enqueued-token limit while another ran is sent again without
+    counting against llm.batch.max_submissions."""
+    from graphwright.engines.llm.batch.files import estimated_tokens
+
+    store = IndexStore(tmp_path / "held")
+    engine = _engine(store, api, "run-1", 0, [], [])
+    per_file = sum(estimated_tokens(r) for r in REQUESTS[:2])
+    engine.settings = engine.settings.model_copy(update={"max_requests": 2, "max_enqueued_tokens": per_file + 1})
+    with pytest.raises(WaitingOnBatch) as held:
+        engine.complete(REQUESTS)
+    assert len(api.order) == 1 and "(3 not sent yet)" in str(held.value)
+    api.auto, engine.ctx.deadline = "complete", time.time() + 20
+    assert all(r.ok for r in engine.complete(REQUESTS)) and [len(api.lines(b)) for b in api.order] == [2, 2, 1]
+
+    api.auto = None
+    api.script = [("wait", {}), ("fail", {}), ("wait", {})]
+    crowded = _engine(IndexStore(tmp_path / "crowded"), api, "run-2", 0, [], [])
+    crowded.settings = crowded.settings.model_copy(update={"max_requests": 2, "max_submissions": 1})
+    with pytest.raises(WaitingOnBatch):
+        crowded.complete(REQUESTS)
+    running, failed, third = api.order[-3:]
+    api.auto, crowded.ctx.deadline = "complete", time.time() + 20
+    responses = crowded.complete(REQUESTS)
+    assert api.batches[failed]["status"] == "failed" and api.order[-4:-1] == [running, failed, third]
+    assert all(r.ok for r in responses) and sorted(custom_ids(api, api.order[-1])) == sorted(custom_ids(api, failed))
+
+
+def test_batch_tokens_are_priced_at_the_batch_price():
+    from graphwright.config import CostConfig, ModelPrice
+    from graphwright.ops.costs import stage_cost
+
+    prices = CostConfig(cpu_hour=0, gpu_hour=0, llm={
+        "m": ModelPrice(prompt_per_million=2, completion_per_million=8),
+        "n": ModelPrice(prompt_per_million=2, completion_per_million=8, batch_prompt_per_million=0.5, batch_completion_per_million=1)})
+    row = {"prompt_tokens": 1e6, "completion_tokens": 0, "batch_prompt_tokens": 1e6, "batch_completion_tokens": 1e6}
+    assert stage_cost(row, prices, "m") == pytest.approx(2 + 1 + 4)  # half the synchronous price by default
+    assert stage_cost(row, prices, "n") == pytest.approx(2 + 0.5 + 1)
+
+
+def test_the_batch_profile_plans_and_its_waiting_settings_leave_the_index_alone():
+    from graphwright.config import PipelineConfig, load_config
+    from graphwright.pipeline.plan import describe
+
+    cfg = load_config("pipelines/batch-api.yaml")
+    extract = next(r for r in describe(cfg) if r["stage"] == "extract")
+    assert cfg.llm.engine == "openai-batch" and "batches of up to 50000 requests to https://api.openai.com/v1" in extract["resources"]
+    assert PipelineConfig.model_validate({"llm": {"batch": {"wait_s": 5, "poll_s": 1}}}).config_hash() == PipelineConfig().config_hash()
+
+
+def test_a_batch_no_stage_asks_for_any_more_is_collected_and_counted_at_the_end(api, corpus, tmp_path):
+    """The configuration changed after a batch was sent (other prompts, other keys): its answers
+    were paid for, so the run collects it once every stage is done and counts its tokens."""
+    index = tmp_path / "index"
+    waiting_run(corpus, index, batch_config(api, wait_s=0))
+    (orphan,) = api.order
+    api.complete(orphan)
+    api.auto = "complete"
+    summary = run([corpus], index, batch_config(api, extract={"entity_types": ["PERSON", "GEO"]}))
+    store = IndexStore(index)
+    rows = {r["provider_batch_id"]: r for r in batch_rows(store)}
+    assert rows[orphan]["state"] == "collected" and rows[orphan]["collected_by"] == summary["run_id"]
+    assert len(stage_batches(api, "extract")) == 2  # the new prompts' batch, and the orphan
+    engine = next(r for r in store.read("stage_metrics").to_pylist() if r["run_id"] == summary["run_id"] and r["stage"] == "llm-engine")
+    assert engine["batch_prompt_tokens"] == rows[orphan]["prompt_tokens"] > 0
+    assert summary["llm"]["batch_prompt_tokens"] == sum(r["prompt_tokens"] for r in rows.values())

@@ -47,6 +47,10 @@ class BatchConfig(_Section):
     completion_window: Literal["24h"] = "24h"
     # how many times one run submits a request whose batch failed, expired or was cancelled
     max_submissions: int = Field(3, ge=1)
+    # the provider's limit on prompt tokens in unfinished batches (OpenAI: per model and tier; over
+    # it a batch fails with token_limit_exceeded): request files beyond it wait for earlier ones
+    # to finish. None: no limit (a batch failed for that limit alongside others is sent again)
+    max_enqueued_tokens: int | None = Field(None, ge=1)
 
 
 class LLMConfig(_Section):

@@ -168,7 +168,7 @@ def cancel_batches(store: IndexStore, config, batch_ids: list[str], run_id: str)
                 if row["state"] != "submitted":
                     done.append({"batch_id": batch_id, "cancelled": False, "reason": f"it is {row['state']}"})
                     continue
-                if row["via"] != provider.via or (row["via"] == "api" and row["base_url"] != config.base_url):
+                if row["via"] != provider.via or (row["via"] == "api" and row["base_url"] != config.base_url.rstrip("/")):
                     raise BatchError(f"batch {batch_id} was sent to {row['base_url'] or row['via']}; give a --config whose llm section names it")
                 info = provider.cancel(row["provider_batch_id"])
                 ledger.record(batch_id, run_id, provider_status=info.status)

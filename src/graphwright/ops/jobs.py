@@ -25,8 +25,10 @@ def job_config(path: str | None) -> PipelineConfig:
     return load_config(path, overrides)
 
 
-def cost_summary(index: str, plot: str | None = None) -> dict:
-    """The latest run's cost beside the estimated cost of a full rebuild; optionally the plot."""
+def cost_summary(index: str, plot: str | None = None, prices=None) -> dict:
+    """The latest run's cost beside the estimated cost of a full rebuild, and what the LLM
+    batches the index waits on will cost (at `prices`, by default the published version's);
+    optionally the plot."""
     store = IndexStore(index)
     history = cost_history(store)
     latest = history[-1]
@@ -41,7 +43,7 @@ def cost_summary(index: str, plot: str | None = None) -> dict:
     keys = ("run_id", "command", "status", "wall_s", "cpu_s", "worker_cpu_s", "gpu_s", "llm_calls", "cache_hits", "tokens",
             "batch_tokens", "bytes_written", "cost", "full_rebuild_cost", "full_rebuild_s", "full_rebuild_tokens", "saved_cost")
     return {k: latest[k] for k in keys} | {"runs_recorded": len(history), "plot": plot,
-                                           "waiting_batches": waiting_summary(store, index_prices(store))}
+                                           "waiting_batches": waiting_summary(store, prices or index_prices(store))}
 
 
 def _indexed(index: str, plot: str | None, **run_args) -> dict:
@@ -50,11 +52,12 @@ def _indexed(index: str, plot: str | None, **run_args) -> dict:
     from graphwright.pipeline.errors import WaitingOnBatch
     from graphwright.pipeline.runner import run_index
 
+    prices = run_args["config"].cost
     try:
         summary = run_index(index_dir=index, show_progress=False, **run_args)
     except WaitingOnBatch as exc:
-        return {"status": "waiting", "run": exc.summary, "cost": cost_summary(index)}
-    return {"status": "succeeded", "run": summary, "cost": cost_summary(index, plot)}
+        return {"status": "waiting", "run": exc.summary, "cost": cost_summary(index, prices=prices)}
+    return {"status": "succeeded", "run": summary, "cost": cost_summary(index, plot, prices)}
 
 
 def nightly(sources: list[str], index: str, config: PipelineConfig, plot: str | None = None) -> dict:

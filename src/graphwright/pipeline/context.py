@@ -197,17 +197,28 @@ class Run:
                 self.llm_totals["prompt_tokens"] += r["prompt_tokens"]
                 self.llm_totals["completion_tokens"] += r["completion_tokens"]
 
-    def close_llm(self) -> None:
+    def close_llm(self, sweep: bool = False) -> None:
         """Close the run's LLM session; its GPUs, held from the start of the engine (start-up
-        included) to now, become one stage_metrics row, `llm-engine`."""
+        included) to now, become one stage_metrics row, `llm-engine`, with the tokens of LLM
+        batches collected while closing (`sweep`: every stage is done, so the ended batches
+        no stage asked about are collected)."""
+        if sweep and self.config.llm.engine == "openai-batch" and (self._llm is None or not self._llm.started):
+            from graphwright.engines.llm.batch.ledger import BatchLedger
+
+            ledger = BatchLedger(self.store)
+            ledger.refresh()
+            if ledger.live():  # batches of earlier runs no stage asked about: started only to collect them
+                self.llm.engine()
         if self._llm is None or not self._llm.started:
             return
-        self._llm.close()
+        before = self.llm_totals["batch_prompt_tokens"], self.llm_totals["batch_completion_tokens"]
+        self._llm.close(sweep=sweep)
         usage = self._llm.usage()
         row = {
             "run_id": self.run_id, "stage": "llm-engine", "wall_s": usage["held_s"], "cpu_s": 0.0, "rows_in": 0, "rows_out": 0,
             "worker_cpu_s": 0.0, "gpu_s": usage["held_s"] * usage["gpus"], "llm_calls": 0, "cache_hits": 0,
-            "prompt_tokens": 0, "completion_tokens": 0, "batch_prompt_tokens": 0, "batch_completion_tokens": 0, "bytes_written": 0,
+            "prompt_tokens": 0, "completion_tokens": 0, "batch_prompt_tokens": self.llm_totals["batch_prompt_tokens"] - before[0],
+            "batch_completion_tokens": self.llm_totals["batch_completion_tokens"] - before[1], "bytes_written": 0,
             "work_unit": None, "work_done": None, "work_total": None,
         }
         row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)

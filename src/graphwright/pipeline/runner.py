@@ -99,7 +99,7 @@ def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
                 if not stage.enabled(config):
                     continue
                 if "index_manifest" in stage.writes:
-                    run.close_llm()  # the LLM stages and the per-row stages are done
+                    run.close_llm(sweep=True)  # the LLM stages and the per-row stages are done
                     run.close_executor()
                     lock.check()  # a run whose lease was taken over must not publish
                 with run.stage(stage.name, gpus=stage.gpus(config)) as metrics:

@@ -100,10 +100,13 @@ class LLMSession:
         return {"engine": self.config.engine, "started": True, "startup_s": self.startup_s, "held_s": held,
                 "gpus": self.gpus(), "replicas": self.config.replicas if self.config.engine == "vllm" else 0}
 
-    def close(self) -> None:
+    def close(self, sweep: bool = False) -> None:
+        """`sweep`: every stage is done; a batch engine collects the ended batches none asked for."""
         with self._lock:
             if self._engine is None or self.closed_at is not None:
                 return
+            if sweep and hasattr(self._engine, "sweep"):
+                self._engine.sweep()
             self.closed_at = time.perf_counter()
             engine, self._engine = self._engine, None
             if hasattr(engine, "close"):

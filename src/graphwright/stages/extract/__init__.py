@@ -201,5 +201,5 @@ STAGE = Stage(
     writes=("mentions", "assertions", "extractions", "llm_cache", "llm_calls", "llm_batches", "llm_batch_requests"),
     execute=execute, where=where,
     summary="entities and relations per chunk (nlp rules, or an LLM through the cache)",
-    engines=("llm: openai | vllm | llamacpp | openai-batch, through the cache", "or the nlp rules (no model)"),
+    engines=("llm: openai | vllm | llamacpp | openai-batch", "through the cache; or the nlp rules"),
 )

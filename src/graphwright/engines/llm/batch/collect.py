@@ -36,6 +36,8 @@ class Collected:
     stored: list[str]  # keys whose answers this collection appended to llm_cache
     prompt_tokens: int
     completion_tokens: int
+    status: str = ""  # the provider's
+    errors: str | None = None  # why the provider failed the whole batch
 
 
 def lock_name(batch_id: str) -> str:
@@ -56,7 +58,8 @@ def collect(ctx, ledger: BatchLedger, provider, batch_id: str, check: Check | No
             return Collected({}, [], 0, 0)
         info = provider.retrieve(row["provider_batch_id"])
         if info.status not in TERMINAL:
-            ledger.record(batch_id, ctx.run_id, provider_status=info.status)
+            if info.status != row["provider_status"]:
+                ledger.record(batch_id, ctx.run_id, provider_status=info.status)
             return None
         members = ledger.members(batch_id)
         outcomes: dict[str, Outcome] = {}
@@ -83,7 +86,7 @@ def collect(ctx, ledger: BatchLedger, provider, batch_id: str, check: Check | No
                       prompt_tokens=prompt, completion_tokens=completion, error=info.errors)
         ctx.log(f"llm: batch {batch_id} {info.status}: {answered} of {len(members)} answered, {len(stored)} stored"
                 + (f", {skipped} unreadable result lines skipped" if skipped else ""))
-        return Collected(outcomes, stored, prompt, completion)
+        return Collected(outcomes, stored, prompt, completion, info.status, info.errors)
     finally:
         lock.release()
 

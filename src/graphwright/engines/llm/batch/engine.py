@@ -91,7 +91,7 @@ class BatchEngine:
             for batch_id in sorted(set(live.values())):
                 row = self.ledger.rows[batch_id]
                 if row["state"] == "submitted" and row["provider_status"] in TERMINAL:
-                    self._collect(batch_id, by_key, first, done, failure)
+                    self._collect(batch_id, by_key, first, done, failure, submissions)
             live = {k: b for k, b in live.items() if k not in done and self.ledger.rows[b]["state"] in LIVE}
             free = [k for k in first if k not in done and k not in live]
             # requests whose batch another collector finished: their answers are in the cache
@@ -101,8 +101,9 @@ class BatchEngine:
                     done[key] = failure.get(key) or LLMResponse(text=None, error="no batch answered it")
             free = [k for k in free if k not in done]
             if free:
-                submissions.update(free)
-                for key, (response, final) in self._submit([(k, requests[first[k]]) for k in free]).items():
+                failed, sent = self._submit([(k, requests[first[k]]) for k in free])
+                submissions.update(sent)
+                for key, (response, final) in failed.items():
                     (done if final else failure)[key] = response
             pending = [k for k in first if k not in done]
             if not pending:
@@ -112,6 +113,23 @@ class BatchEngine:
                 raise self._waiting(pending)
             time.sleep(min(self.settings.poll_s, remaining))
             self._poll(pending)
+
+    def sweep(self) -> None:
+        """Collect the batches that ended although no stage of this run asked for their requests
+        (the corpus or the configuration changed since they were sent): they were paid for, so
+        their answers are cached and their tokens counted. Waits for nothing."""
+        self.ledger.refresh()
+        self._reconcile()
+        for batch_id, row in sorted(self.ledger.live().items()):
+            if row["state"] != "submitted" or not self._reachable(row):
+                continue
+            try:
+                result = collect(self.ctx, self.ledger, self.provider, batch_id)
+            except ProviderError as exc:
+                self.ctx.log(f"llm: batch {batch_id}: {exc}; the next run looks again")
+                continue
+            if result is not None:
+                self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
 
     def _reachable(self, row: dict) -> bool:
         """Whether a batch was sent where this engine sends (a batch sent to another endpoint
@@ -125,18 +143,21 @@ class BatchEngine:
         return False
 
     def _where(self) -> str:
-        return self.config.base_url if self.provider.via == "api" else ""
+        return self.config.base_url.rstrip("/") if self.provider.via == "api" else ""
 
     def _live_keys(self, keys: list[str]) -> dict[str, str]:
         live = [b for b, r in self.ledger.live().items() if self._reachable(r)]
         wanted = set(keys)
         return {k: b for k, b in self.ledger.keys_in(live).items() if k in wanted}
 
-    def _collect(self, batch_id: str, check, first: dict, done: dict, failure: dict) -> None:
+    def _collect(self, batch_id: str, check, first: dict, done: dict, failure: dict, submissions: Counter) -> None:
         result = collect(self.ctx, self.ledger, self.provider, batch_id, check)
         if result is None:
             return
         self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
+        # failed for the provider's enqueued-token limit, sent while other batches ran: sent again, not counted
+        crowded = result.status == "failed" and "token_limit_exceeded" in (result.errors or "") and any(
+            self._reachable(self.ledger.rows[b]) for b in self.ledger.others_running_at(batch_id))
         for key, outcome in result.outcomes.items():
             if key not in first or key in done:
                 continue
@@ -145,28 +166,38 @@ class BatchEngine:
                 self.origins[key] = batch_id
             else:
                 failure[key] = outcome.response
+                if crowded:
+                    submissions[key] -= 1
 
     def _from_cache(self, keys: list[str], done: dict) -> None:
         for key, row in cached_answers(self.ctx.store, keys).items():
             done[key] = response_of(row)
             self.origins.setdefault(key, None)
 
-    def _submit(self, items: list[tuple[str, LLMRequest]]) -> dict[str, tuple[LLMResponse, bool]]:
-        """Send `items` in request files within the limits; {key: (failure, final)} of those
-        that could not be sent (final: they never can be)."""
+    def _submit(self, items: list[tuple[str, LLMRequest]]) -> tuple[dict[str, tuple[LLMResponse, bool]], list[str]]:
+        """Send `items` in request files within the limits: ({key: (failure, final)} of those
+        that could not be sent (final: they never can be), the keys sent). Files beyond
+        llm.batch.max_enqueued_tokens are not sent now; a later look sends them."""
         lines = [(k, request_line(k, r, self.config), estimated_tokens(r), r.max_tokens) for k, r in items]
         files, too_big = split_requests(lines, self.settings.max_requests, self.settings.max_bytes)
         failed = {k: (LLMResponse(text=None, error=f"the request is larger than llm.batch.max_bytes={self.settings.max_bytes}"), True)
                   for k in too_big}
         requests = dict(items)
+        limit, sent = self.settings.max_enqueued_tokens, []
+        enqueued = sum(r["estimated_prompt_tokens"] for r in self.ledger.live().values() if self._reachable(r))
         for file in files:
-            error = self._send(file, requests)
-            for key in file.keys if error else ():
-                failed[key] = (LLMResponse(text=None, error=error), False)
-        return failed
+            if limit and enqueued and enqueued + file.estimated_prompt_tokens > limit:
+                break  # waits for earlier batches to finish
+            enqueued += file.estimated_prompt_tokens
+            problem = self._send(file, requests)
+            sent.extend(file.keys)
+            for key in file.keys if problem else ():
+                failed[key] = (LLMResponse(text=None, error=problem[0]), problem[1])
+        return failed, sent
 
-    def _send(self, file: RequestFile, requests: dict[str, LLMRequest]) -> str | None:
-        """Record, upload and create one batch; why it could not be sent, or None."""
+    def _send(self, file: RequestFile, requests: dict[str, LLMRequest]) -> tuple[str, bool] | None:
+        """Record, upload and create one batch; why it could not be sent and whether sending it
+        again is pointless (the provider refused it), or None."""
         self.ctx.check_lock()  # a run whose lease was taken over must not pay for anything
         stage, run_id = self.ctx.stage(), self.ctx.run_id
         batch_id = "gwb-" + ids.stable_id("llm-batch", run_id, stage, self.sent, hashlib.sha256(file.data).hexdigest())
@@ -181,14 +212,14 @@ class BatchEngine:
             file_id = self.provider.upload(f"{batch_id}.jsonl", file.data)
         except ProviderError as exc:
             self.ledger.record(batch_id, run_id, state="abandoned", error=f"upload: {exc}")
-            return f"batch {batch_id} could not be uploaded to {self.provider.where}: {exc}"
+            return f"batch {batch_id} could not be uploaded to {self.provider.where}: {exc}", exc.definitive
         metadata = {METADATA_KEY: batch_id, "graphwright_run": run_id, "graphwright_stage": stage}
         try:
             info = self.provider.create(file_id, ENDPOINT, self.settings.completion_window, metadata)
         except ProviderError as exc:
             if exc.definitive:
                 self.ledger.record(batch_id, run_id, state="abandoned", input_file_id=file_id, error=f"create: {exc}")
-                return f"batch {batch_id} was refused by {self.provider.where}: {exc}"
+                return f"batch {batch_id} was refused by {self.provider.where}: {exc}", True
             # it may exist: the next look finds it by its metadata, or records it abandoned
             self.ledger.record(batch_id, run_id, input_file_id=file_id, error=f"create: {exc}")
             return None

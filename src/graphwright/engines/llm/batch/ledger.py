@@ -27,26 +27,36 @@ class BatchLedger:
     def __init__(self, store: IndexStore):
         self.store = store
         self.rows: dict[str, dict] = {}  # batch id -> its latest row, as of the last refresh
+        self._keys: dict[str, list[str]] = {}  # batch id -> its request keys (written once, never changed)
+        self.opened: dict[str, datetime] = {}  # batch id -> when it was recorded submitting
 
     def refresh(self) -> dict[str, dict]:
         rows = sorted(self.store.read("llm_batches").to_pylist(), key=lambda r: r["recorded_at"])
         self.rows = {r["batch_id"]: r for r in rows}
+        self.opened = {}
+        for r in rows:
+            self.opened.setdefault(r["batch_id"], r["recorded_at"])
         return self.rows
+
+    def others_running_at(self, batch_id: str) -> list[str]:
+        """The batches that were sent, and not yet collected or abandoned, when `batch_id` was."""
+        since = self.opened[batch_id]
+        return [b for b, r in self.rows.items() if b != batch_id and self.opened[b] <= since
+                and (r["state"] in LIVE or r["recorded_at"] >= since)]
 
     def live(self) -> dict[str, dict]:
         return {b: r for b, r in self.rows.items() if r["state"] in LIVE}
 
     def keys_in(self, batch_ids) -> dict[str, str]:
-        """{key: batch id} of the requests of `batch_ids` (one read of their partitions)."""
-        batch_ids = sorted(set(batch_ids))
-        if not batch_ids or not self.store.exists("llm_batch_requests"):
-            return {}
-        out: dict[str, str] = {}
-        for start in range(0, len(batch_ids), 500):
-            table = self.store.read("llm_batch_requests", columns=["batch_id", "key"],
-                                    where=f"batch_id IN {sql_list(batch_ids[start:start + 500])}")
-            out.update(zip(table.column("key").to_pylist(), table.column("batch_id").to_pylist()))
-        return out
+        """{key: batch id} of the requests of `batch_ids` (their partitions are read once)."""
+        unread = sorted(set(batch_ids) - set(self._keys))
+        if unread and self.store.exists("llm_batch_requests"):
+            for start in range(0, len(unread), 500):
+                table = self.store.read("llm_batch_requests", columns=["batch_id", "key"],
+                                        where=f"batch_id IN {sql_list(unread[start:start + 500])}")
+                for key, batch_id in zip(table.column("key").to_pylist(), table.column("batch_id").to_pylist()):
+                    self._keys.setdefault(batch_id, []).append(key)
+        return {k: b for b in set(batch_ids) for k in self._keys.get(b, ())}
 
     def members(self, batch_id: str) -> dict[str, dict]:
         """{key: {prompt_version, max_tokens}} of one batch's requests."""
@@ -58,9 +68,11 @@ class BatchLedger:
         """Record a batch about to be sent: its requests first, then the batch as `submitting`
         (requests without a batch row are never read)."""
         self.store.append("llm_batch_requests", pa.Table.from_pylist([{"batch_id": row["batch_id"], **m} for m in members]))
+        self._keys[row["batch_id"]] = [m["key"] for m in members]
         full = {**EMPTY_ROW, **row, "state": "submitting", "run_id": row["submitted_by"], "recorded_at": _now()}
         self.store.append("llm_batches", pa.Table.from_pylist([full]))
         self.rows[row["batch_id"]] = full
+        self.opened[row["batch_id"]] = full["recorded_at"]
         return full
 
     def record(self, batch_id: str, run_id: str, **changes) -> dict:
