@@ -49,6 +49,7 @@ class FakeBatchAPI(LoopbackServer):
         self.script: list[tuple[str, dict]] = []
         self.actions: dict[str, tuple[str, dict]] = {}
         self.drop_create_reply = 0  # the next N creates succeed but their reply is lost
+        self.fail_downloads = 0  # the next N file downloads answer 500
         self.download_gate: threading.Event | None = None  # while set to an Event, downloads wait for it
         self.downloads_waiting = threading.Semaphore(0)
         self._ids = 0
@@ -203,6 +204,11 @@ class FakeBatchAPI(LoopbackServer):
                 parts = url.path.strip("/").split("/")  # v1, files|batches, id, content
                 fake.calls.append(("GET", url.path))
                 if parts[1] == "files" and len(parts) == 4 and parts[3] == "content":
+                    with fake.lock:
+                        failing = fake.fail_downloads > 0
+                        fake.fail_downloads -= failing
+                    if failing:
+                        return self._send(500, {"error": {"message": "storage hiccup", "type": "server_error"}})
                     if fake.download_gate is not None:
                         fake.downloads_waiting.release()
                         fake.download_gate.wait(30)

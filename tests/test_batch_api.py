@@ -256,7 +256,7 @@ def test_a_lost_reply_to_a_create_is_found_by_its_metadata_not_sent_again(api, c
 
 def _engine(store, api, run_id: str, wait_s: float, logs: list, tokens: list) -> BatchEngine:
     config = LLMConfig(engine="openai-batch", model="fake-model", base_url=api.base_url, api_key_env=None, timeout_s=10,
-                       batch={"poll_s": 0.02})
+                       max_attempts=1, batch={"poll_s": 0.02})
     ctx = BatchContext(store, run_id, lambda: "report", time.time() + wait_s, CallLog(store, config, run_id), logs.append,
                        lambda p, c: tokens.append((p, c)))
     return BatchEngine(config, ctx)
@@ -415,3 +415,26 @@ def test_a_batch_no_stage_asks_for_any_more_is_collected_and_counted_at_the_end(
     engine = next(r for r in store.read("stage_metrics").to_pylist() if r["run_id"] == summary["run_id"] and r["stage"] == "llm-engine")
     assert engine["batch_prompt_tokens"] == rows[orphan]["prompt_tokens"] > 0
     assert summary["llm"]["batch_prompt_tokens"] == sum(r["prompt_tokens"] for r in rows.values())
+
+
+def test_a_result_file_that_cannot_be_read_now_is_read_at_the_next_look(api, tmp_path):
+    store = IndexStore(tmp_path / "index")
+    logs: list[str] = []
+    engine = _engine(store, api, "run-1", 20, logs, [])
+    api.auto, api.fail_downloads = "complete", 1
+    assert all(r.ok for r in engine.complete(REQUESTS))
+    assert any("HTTP 500" in line and "looking again later" in line for line in logs)
+    assert store.count("llm_cache") == len(REQUESTS) and api.creates == 1
+
+
+def test_query_time_calls_of_the_batch_engine_are_synchronous(api):
+    """Answers and lazy reports cannot wait for a batch: outside an index run the engine is the
+    same endpoint's chat completions."""
+    from graphwright.engines.llm import make_llm
+    from graphwright.engines.llm.openai_engine import OpenAIEngine
+    from graphwright.engines.llm.session import query_session
+
+    config = LLMConfig(engine="openai-batch", model="fake-model", base_url=api.base_url, api_key_env=None)
+    assert isinstance(make_llm(config), OpenAIEngine)
+    session = query_session(config)
+    assert not session.batched and isinstance(session.engine(), OpenAIEngine)

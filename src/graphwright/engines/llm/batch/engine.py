@@ -151,7 +151,11 @@ class BatchEngine:
         return {k: b for k, b in self.ledger.keys_in(live).items() if k in wanted}
 
     def _collect(self, batch_id: str, check, first: dict, done: dict, failure: dict, submissions: Counter) -> None:
-        result = collect(self.ctx, self.ledger, self.provider, batch_id, check)
+        try:
+            result = collect(self.ctx, self.ledger, self.provider, batch_id, check)
+        except ProviderError as exc:  # its result files could not be read now
+            self.ctx.log(f"llm: batch {batch_id} ended, but {exc}; looking again later")
+            return
         if result is None:
             return
         self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
@@ -184,7 +188,8 @@ class BatchEngine:
                   for k in too_big}
         requests = dict(items)
         limit, sent = self.settings.max_enqueued_tokens, []
-        enqueued = sum(r["estimated_prompt_tokens"] for r in self.ledger.live().values() if self._reachable(r))
+        enqueued = sum(r["estimated_prompt_tokens"] for r in self.ledger.live().values()
+                       if self._reachable(r) and r["provider_status"] not in TERMINAL)
         for file in files:
             if limit and enqueued and enqueued + file.estimated_prompt_tokens > limit:
                 break  # waits for earlier batches to finish
@@ -248,7 +253,13 @@ class BatchEngine:
                 self.ctx.log(f"llm: batch {batch_id}, recorded before it was sent, is {info.id} at {self.provider.where}")
 
     def _poll(self, pending: list[str]) -> None:
-        for batch_id in sorted(set(self._live_keys(pending).values())):
+        """Look at the batches `pending` waits on (at every live batch when the enqueued tokens
+        are limited: any of them finishing frees room)."""
+        if self.settings.max_enqueued_tokens:
+            batch_ids = sorted(b for b, r in self.ledger.live().items() if self._reachable(r))
+        else:
+            batch_ids = sorted(set(self._live_keys(pending).values()))
+        for batch_id in batch_ids:
             row = self.ledger.rows[batch_id]
             if row["state"] != "submitted":
                 continue
