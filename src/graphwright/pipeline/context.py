@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from graphwright.config import PipelineConfig
 from graphwright.ops.costs import stage_cost
+from graphwright.pipeline.errors import WaitingOnBatch
 from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.pipeline.progress import StageProgress
 from graphwright.storage.delta import IndexStore
@@ -51,7 +52,11 @@ class Run:
     executor: object = None
     metrics: list[dict] = field(default_factory=list)
     llm_totals: dict = field(default_factory=lambda: dict(calls=0, cache_hits=0, failed=0, prompt_tokens=0, completion_tokens=0,
+                                                          batch_prompt_tokens=0, batch_completion_tokens=0,
                                                           full_rebuild_tokens=0))
+    lock: object = None  # the run lock (storage.lock): check() raises LockLost once another run took it over
+    started: float = field(default_factory=time.time)
+    current_stage: str = ""
     _llm: object = None  # the run's LLM session, made on first use
     _local: LocalExecutor = field(default_factory=LocalExecutor)  # for stages that run on the driver
     _calls: object = None
@@ -62,8 +67,21 @@ class Run:
         if self._llm is None:
             from graphwright.engines.llm.session import LLMSession
 
-            self._llm = LLMSession(self.config.llm, self.config.execution, name=f"graphwright-{self.run_id}", log=self.log)
+            self._llm = LLMSession(self.config.llm, self.config.execution, name=f"graphwright-{self.run_id}", log=self.log,
+                                   batch=self._batch_context() if self.config.llm.engine == "openai-batch" else None)
         return self._llm
+
+    def _batch_context(self):
+        """What the openai-batch engine needs of this run: it waits for batches until
+        llm.batch.wait_s after the run started."""
+        from graphwright.engines.llm.batch.engine import BatchContext
+
+        def count(prompt: int, completion: int) -> None:
+            self.llm_totals["batch_prompt_tokens"] += prompt
+            self.llm_totals["batch_completion_tokens"] += completion
+
+        return BatchContext(self.store, self.run_id, lambda: self.current_stage, self.started + self.config.llm.batch.wait_s,
+                            self.calls, self.log, count, self.lock)
 
     @property
     def calls(self):
@@ -83,9 +101,13 @@ class Run:
         details: dict = {"rows_in": 0, "rows_out": 0}
         wall, cpu = time.perf_counter(), cpu_seconds()
         self.store.journal = {}
+        self.current_stage = name
         llm_before, worker_before, starts_before = dict(self.llm_totals), self.worker_cpu_s(), self._worker_starts()
         try:
             yield details
+        except WaitingOnBatch as exc:  # what it sent and collected so far still counts
+            details["waiting"] = {"requests": exc.requests, "batches": [b["batch_id"] for b in exc.batches]}
+            raise
         except BaseException as exc:  # what a failed stage used (LLM calls included) still counts
             details["failed"] = plain(f"{type(exc).__name__}: {exc}")[:500]
             raise
@@ -99,7 +121,8 @@ class Run:
                       gpus: float) -> None:
         wall_s = time.perf_counter() - wall
         written, self.store.journal = self.store.journal, None
-        llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens")}
+        llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
+                                                                "batch_prompt_tokens", "batch_completion_tokens")}
         work_done = details.pop("work_done", None)
         row = {
             "run_id": self.run_id,
@@ -115,6 +138,8 @@ class Run:
             "cache_hits": llm["cache_hits"],
             "prompt_tokens": llm["prompt_tokens"],
             "completion_tokens": llm["completion_tokens"],
+            "batch_prompt_tokens": llm["batch_prompt_tokens"],
+            "batch_completion_tokens": llm["batch_completion_tokens"],
             "bytes_written": sum(self.store.bytes_added(t, before) for t, before in written.items()),
             "work_unit": details.pop("work_unit", None),
             "work_done": work_done,
@@ -160,25 +185,42 @@ class Run:
             if "chunk_id" in calls.column_names:  # extraction and summaries name the item by its chunk/row id
                 calls = calls.rename_columns(["item_id" if c == "chunk_id" else c for c in calls.column_names])
             calls = calls.to_pylist()
+        origins = self._llm.batch_origins() if self._llm is not None else {}
+        for c in calls if origins else ():  # answers a batch brought: paid with the batch, or by another run
+            if c["key"] in origins:
+                c["batch_id"] = origins[c["key"]]
+                c["cache_hit"] = c["batch_id"] is None
         for r in self.calls.record(stage, calls):
             self.llm_totals["calls"] += 1
             self.llm_totals["cache_hits"] += r["cache_hit"]
             self.llm_totals["failed"] += r["status"] == "failed"
-            if not r["cache_hit"]:
+            if not r["cache_hit"] and not r["batch_id"]:  # a batch's tokens are counted when it is collected
                 self.llm_totals["prompt_tokens"] += r["prompt_tokens"]
                 self.llm_totals["completion_tokens"] += r["completion_tokens"]
 
-    def close_llm(self) -> None:
+    def close_llm(self, sweep: bool = False) -> None:
         """Close the run's LLM session; its GPUs, held from the start of the engine (start-up
-        included) to now, become one stage_metrics row, `llm-engine`."""
+        included) to now, become one stage_metrics row, `llm-engine`, with the tokens of LLM
+        batches collected while closing (`sweep`: every stage is done, so the ended batches
+        no stage asked about are collected)."""
+        if sweep and self.config.llm.engine == "openai-batch" and (self._llm is None or not self._llm.started):
+            from graphwright.engines.llm.batch.ledger import BatchLedger
+
+            ledger = BatchLedger(self.store)
+            ledger.refresh()
+            if ledger.live():  # batches of earlier runs no stage asked about: started only to collect them
+                self.llm.engine()
         if self._llm is None or not self._llm.started:
             return
-        self._llm.close()
+        before = self.llm_totals["batch_prompt_tokens"], self.llm_totals["batch_completion_tokens"]
+        self._llm.close(sweep=sweep)
         usage = self._llm.usage()
         row = {
             "run_id": self.run_id, "stage": "llm-engine", "wall_s": usage["held_s"], "cpu_s": 0.0, "rows_in": 0, "rows_out": 0,
             "worker_cpu_s": 0.0, "gpu_s": usage["held_s"] * usage["gpus"], "llm_calls": 0, "cache_hits": 0,
-            "prompt_tokens": 0, "completion_tokens": 0, "bytes_written": 0, "work_unit": None, "work_done": None, "work_total": None,
+            "prompt_tokens": 0, "completion_tokens": 0, "batch_prompt_tokens": self.llm_totals["batch_prompt_tokens"] - before[0],
+            "batch_completion_tokens": self.llm_totals["batch_completion_tokens"] - before[1], "bytes_written": 0,
+            "work_unit": None, "work_done": None, "work_total": None,
         }
         row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)
         row["details"] = json.dumps({k: usage[k] for k in ("engine", "startup_s", "replicas", "gpus")}, sort_keys=True)

@@ -20,3 +20,21 @@ class TooManyReportFailures(TooManyFailures):
 
 class RefusedDeletion(RuntimeError):
     """A run would delete more of the index than configured; nothing was changed."""
+
+
+# exit status of a command or job whose run stopped waiting on LLM batches (not a failure: the
+# next run collects them and carries on)
+WAITING_EXIT = 3
+
+
+class WaitingOnBatch(RuntimeError):
+    """A stage's LLM requests are in batches the provider has not finished by the run's deadline
+    (llm.batch.wait_s). The run stops cleanly: nothing is published and the previous version
+    stays current; the next run collects the batches and carries on. `batches`: what it waits
+    on ({batch_id, provider_batch_id, provider_status, requests, submitted_by}); `summary`: the
+    run's summary, set by the runner."""
+
+    def __init__(self, message: str, stage: str, batches: list[dict], requests: int):
+        super().__init__(message)
+        self.stage, self.batches, self.requests = stage, batches, requests
+        self.summary: dict = {}

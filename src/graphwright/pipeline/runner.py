@@ -16,6 +16,7 @@ from graphwright.engines.embed import model_name
 from graphwright.ops.runs import mark_interrupted
 from graphwright.pipeline import definition
 from graphwright.pipeline.context import Request, Run
+from graphwright.pipeline.errors import WaitingOnBatch
 from graphwright.pipeline.progress import StageProgress, stderr_console
 from graphwright.pipeline.stage import Stage
 from graphwright.stages.extract.extractors import extractor_key
@@ -47,7 +48,9 @@ def run_index(
     """Index `sources` into `index_dir` (mirror: the sources are the whole corpus; otherwise an
     append batch) and publish a version. Returns the run summary. `rebuild` names tables to
     empty first (a new Delta commit each, so published versions stay readable), under the same
-    run lock: a full rebuild recomputes everything derived from them."""
+    run lock: a full rebuild recomputes everything derived from them. Raises WaitingOnBatch
+    (with the run's summary) when a stage stopped waiting on LLM batches (llm.engine
+    openai-batch): the run's status is `waiting`, and nothing was published."""
     request = Request(sources=list(sources), mirror=mirror, force=force, rebuild=tuple(rebuild))
     return _run_pipeline("rebuild" if rebuild else "index", definition.INDEX, index_dir, config, request, show_progress, log)
 
@@ -77,7 +80,7 @@ def _run_pipeline(command: str, stages: tuple[Stage, ...], index_dir, config: Pi
     run_id = new_run_id()
     with run_lock(store, run_id, command) as lock:
         log = log or (lambda msg: stderr_console.print(msg, highlight=False))
-        run = Run(store, config, run_id, StageProgress(show_progress), log, request)
+        run = Run(store, config, run_id, StageProgress(show_progress), log, request, lock=lock)
         return _walk(run, lock, command, stages)
 
 
@@ -99,7 +102,7 @@ def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
                 if not stage.enabled(config):
                     continue
                 if "index_manifest" in stage.writes:
-                    run.close_llm()  # the LLM stages and the per-row stages are done
+                    run.close_llm(sweep=True)  # the LLM stages and the per-row stages are done
                     run.close_executor()
                     lock.check()  # a run whose lease was taken over must not publish
                 with run.stage(stage.name, gpus=stage.gpus(config)) as metrics:
@@ -110,6 +113,14 @@ def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
         summary.update(_summary(run))
         _finish(run, command, started, "succeeded", summary, None)
         return summary
+    except WaitingOnBatch as exc:  # a clean stop, not a failure: the next run collects the batches
+        summary.update(status="waiting", waiting={"stage": exc.stage, "requests": exc.requests, "batches": exc.batches,
+                                                  "message": str(exc)},
+                       llm=dict(run.llm_totals), seconds={m["stage"]: round(m["wall_s"], 2) for m in run.metrics})
+        exc.summary = summary
+        _finish(run, command, started, "waiting", summary, str(exc))
+        run.log(f"[yellow]{exc}[/]")
+        raise
     except BaseException as exc:
         _finish(run, command, started, "failed", summary, f"{type(exc).__name__}: {exc}")
         raise

@@ -54,15 +54,15 @@ def describe(location, holder: dict | None) -> str:
 class FileLock:
     """flock on a local file; the holder is written into it for the refusal message."""
 
-    def __init__(self, root, run_id: str, command: str):
-        self.path = os.path.join(root, LOCK_FILE)
+    def __init__(self, root, run_id: str, command: str, name: str = LOCK_FILE):
+        self.path = os.path.join(root, name)
         self.root, self.run_id, self.command = root, run_id, command
         self.fd: int | None = None
 
     def acquire(self) -> FileLock:
         import fcntl
 
-        os.makedirs(self.root, exist_ok=True)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,8 +91,8 @@ class FileLock:
 class LeaseLock:
     """A lease object on an object store, taken and renewed with conditional puts."""
 
-    def __init__(self, files, location, run_id: str, command: str, lease_s: float):
-        self.files, self.location = files, location
+    def __init__(self, files, location, run_id: str, command: str, lease_s: float, name: str = LOCK_FILE):
+        self.files, self.location, self.name = files, location, name
         self.run_id, self.command, self.lease_s = run_id, command, lease_s
         self.etag: str | None = None
         self.lost: str | None = None
@@ -123,20 +123,20 @@ class LeaseLock:
         store = self.files.store
         for _ in range(3):  # the lease object may be deleted by hand between two calls
             try:
-                return obstore.put(store, LOCK_FILE, self._body(), mode="create")["e_tag"]
+                return obstore.put(store, self.name, self._body(), mode="create")["e_tag"]
             except AlreadyExistsError:
                 pass
             try:
-                current = obstore.get(store, LOCK_FILE)
+                current = obstore.get(store, self.name)
             except NotFoundError:
                 continue
             holder = _parse(bytes(current.bytes()))
             if holder and not holder.get("released") and not _expired(holder):
                 raise IndexLocked(describe(self.location, holder))
             try:
-                return obstore.put(store, LOCK_FILE, self._body(), mode={"e_tag": current.meta["e_tag"]})["e_tag"]
+                return obstore.put(store, self.name, self._body(), mode={"e_tag": current.meta["e_tag"]})["e_tag"]
             except PreconditionError:  # another run took the free lease first
-                raise IndexLocked(describe(self.location, _parse(bytes(obstore.get(store, LOCK_FILE).bytes())))) from None
+                raise IndexLocked(describe(self.location, _parse(bytes(obstore.get(store, self.name).bytes())))) from None
         raise IndexLocked(describe(self.location, None))
 
     def _renew(self) -> None:
@@ -145,7 +145,7 @@ class LeaseLock:
 
         while not self._stop.wait(self.lease_s / 3):
             try:
-                self.etag = obstore.put(self.files.store, LOCK_FILE, self._body(), mode={"e_tag": self.etag})["e_tag"]
+                self.etag = obstore.put(self.files.store, self.name, self._body(), mode={"e_tag": self.etag})["e_tag"]
             except PreconditionError:
                 self.lost = f"the lease on {self.location} expired and another run took it over"
                 return
@@ -169,7 +169,7 @@ class LeaseLock:
             self._thread.join()
         if self.etag and not self.lost:
             try:
-                obstore.put(self.files.store, LOCK_FILE, self._body(released=True), mode={"e_tag": self.etag})
+                obstore.put(self.files.store, self.name, self._body(released=True), mode={"e_tag": self.etag})
             except PreconditionError:
                 pass  # taken over after expiry: it is no longer ours to release
         self.etag = None
@@ -210,13 +210,14 @@ def holder(store) -> dict | None:
 
 
 class run_lock:
-    """`with run_lock(store, run_id, command) as lock:` hold the index's run lock."""
+    """`with run_lock(store, run_id, command) as lock:` hold the index's run lock. `name`: another
+    lock of the index, by its path under the root (each LLM batch's collection has one)."""
 
-    def __init__(self, store, run_id: str, command: str, lease_s: float | None = None):
+    def __init__(self, store, run_id: str, command: str, lease_s: float | None = None, name: str = LOCK_FILE):
         if store.is_remote:
-            self.lock = LeaseLock(store.files, store.root, run_id, command, lease_s or lease_seconds())
+            self.lock = LeaseLock(store.files, store.root, run_id, command, lease_s or lease_seconds(), name)
         else:
-            self.lock = FileLock(store.root, run_id, command)
+            self.lock = FileLock(store.root, run_id, command, name)
 
     def __enter__(self):
         return self.lock.acquire()

@@ -9,6 +9,9 @@ Engines are chosen by `llm.engine` and imported only when chosen:
 - `llamacpp`: a small GGUF model in-process on the CPU (llamacpp_engine).
 - `vllm`: vLLM replicas on GPUs behind one Ray Serve LLM application per run (vllm_engine),
   reached with the `openai` client.
+- `openai-batch`: an index run's requests go out as batch request files (batch/): the OpenAI
+  Batch API, or files for `vllm run-batch`. A run's session makes that engine; everywhere else
+  (queries) the same endpoint is called synchronously, as `openai`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ __all__ = ["LLMRequest", "LLMResponse", "make_llm"]
 
 
 def make_llm(config):
-    if config.engine == "openai":
+    if config.engine in ("openai", "openai-batch"):
         from graphwright.engines.llm.openai_engine import OpenAIEngine
 
         return OpenAIEngine(config)

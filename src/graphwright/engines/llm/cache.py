@@ -100,6 +100,11 @@ class CallLog:
         self._recorded: set[tuple[str, str]] = set()
         self.commit_s = 0.0
 
+    def mark_cached(self, keys) -> None:
+        """Keys whose answers were appended to llm_cache elsewhere in this run (a batch
+        collection): their calls are recorded without caching them again."""
+        self._cached.update(keys)
+
     def recorded_keys(self, stage: str) -> set[str]:
         return {k for s, k in self._recorded if s == stage}
 
@@ -112,9 +117,10 @@ class CallLog:
 
     def record(self, stage: str, calls: list[dict], *, write_calls: bool = True) -> list[dict]:
         """`calls`: dicts with key, item_id, prompt_version, response, cache_hit, prompt_tokens,
-        completion_tokens, latency_s, attempts, error and optionally cache. Failed and unusable
-        answers (error set), and those marked cache=False, are not cached: the next run asks again.
-        Returns the llm_calls rows written."""
+        completion_tokens, latency_s, attempts, error, and optionally cache (False: a partial
+        answer, used but not cached) and batch_id (when a batch collected in this run answered it).
+        Failed and unusable answers (error set), and those marked cache=False, are not cached: the
+        next run asks again. Returns the llm_calls rows written."""
         import time
 
         if not calls:
@@ -139,7 +145,7 @@ class CallLog:
                 "run_id": self.run_id, "stage": stage, "key": r["key"], "item_id": r["item_id"], "engine": self.llm.engine,
                 "model": self.llm.model, "cache_hit": r["cache_hit"], "status": "ok" if r["error"] is None else "failed",
                 "prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"],
-                "latency_s": r["latency_s"], "attempts": r["attempts"], "error": r["error"],
+                "latency_s": r["latency_s"], "attempts": r["attempts"], "error": r["error"], "batch_id": r.get("batch_id"),
             })
         if records:
             self.store.append("llm_calls", pa.Table.from_pylist(list(records.values())))

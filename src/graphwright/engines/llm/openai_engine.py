@@ -151,6 +151,23 @@ def chat_response(data) -> LLMResponse:
                        meta={"finish_reason": reason if isinstance(reason, str) else None})
 
 
+def chat_body(request: LLMRequest, config) -> dict:
+    """The /v1/chat/completions body of `request` for `config`'s model and backend (also each
+    line's body in a batch request file)."""
+    body = {
+        "model": config.model,
+        "messages": [{"role": r, "content": c} for r, c in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+    }
+    schema, fmt = request.json_schema, config.response_format
+    if schema is not None and fmt == "json_schema":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
+    elif schema is not None and fmt == "json_object":
+        body["response_format"] = {"type": "json_object", "schema": schema}
+    return body
+
+
 class OpenAIEngine:
     def __init__(self, config):
         self.config = config
@@ -162,18 +179,7 @@ class OpenAIEngine:
         return f"openai:{self.model}"
 
     def _body(self, request: LLMRequest) -> dict:
-        body = {
-            "model": self.model,
-            "messages": [{"role": r, "content": c} for r, c in request.messages],
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-        }
-        schema, fmt = request.json_schema, self.config.response_format
-        if schema is not None and fmt == "json_schema":
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
-        elif schema is not None and fmt == "json_object":
-            body["response_format"] = {"type": "json_object", "schema": schema}
-        return body
+        return chat_body(request, self.config)
 
     def complete_one(self, request: LLMRequest) -> LLMResponse:
         started = time.perf_counter()

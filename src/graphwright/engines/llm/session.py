@@ -7,6 +7,7 @@ reports; lazy reports and answers in a query process), and closed once.
 | openai | a client pool | the driver: the session's engine; extraction actors: a client each, built once per stage |
 | llamacpp | the model, in this process | the driver (extraction runs on the driver) |
 | vllm | a Ray Serve LLM application of llm.replicas vLLM replicas | its OpenAI route, from the driver and from the extraction actors |
+| openai-batch | a batch engine (engines.llm.batch) in an index run; a client pool for queries | the driver, a whole stage round per call |
 
 `usage()` is what the run's cost rows need: how long starting took and how long the engine
 (and its GPUs) was held.
@@ -24,8 +25,10 @@ from graphwright.engines.llm.interface import LLMRequest, LLMResponse
 
 
 class LLMSession:
-    def __init__(self, config, execution=None, name: str = "graphwright", log=None):
-        self.config, self.execution, self.name = config, execution, name
+    def __init__(self, config, execution=None, name: str = "graphwright", log=None, batch=None):
+        """`batch`: the run's engines.llm.batch.engine.BatchContext, for llm.engine openai-batch
+        (without one, as in a query process, that engine's calls are synchronous)."""
+        self.config, self.execution, self.name, self.batch = config, execution, name, batch
         self.log = log or (lambda message: None)
         self._engine = None
         self._service = None
@@ -37,6 +40,16 @@ class LLMSession:
     @property
     def started(self) -> bool:
         return self._engine is not None
+
+    @property
+    def batched(self) -> bool:
+        """Whether requests go out in batches (answered by the driver, a stage round at a time)."""
+        return self.config.engine == "openai-batch" and self.batch is not None
+
+    def batch_origins(self) -> dict[str, str | None]:
+        """{key: batch id} of the answers batches collected in this run ({key: None} for those a
+        batch engine found in the cache: another run collected them)."""
+        return getattr(self._engine, "origins", {}) if self.batched else {}
 
     @property
     def on_driver(self) -> bool:
@@ -61,6 +74,10 @@ class LLMSession:
             self._service = VLLMService(self.config, self.execution, self.name)
             self._service.start()
             self._engine = make_llm(self._service.client_config())
+        elif self.batched:
+            from graphwright.engines.llm.batch.engine import BatchEngine
+
+            self._engine = BatchEngine(self.config, self.batch)
         else:
             self._engine = make_llm(self.config)
         self.startup_s = time.perf_counter() - self.started_at
@@ -83,10 +100,13 @@ class LLMSession:
         return {"engine": self.config.engine, "started": True, "startup_s": self.startup_s, "held_s": held,
                 "gpus": self.gpus(), "replicas": self.config.replicas if self.config.engine == "vllm" else 0}
 
-    def close(self) -> None:
+    def close(self, sweep: bool = False) -> None:
+        """`sweep`: every stage is done; a batch engine collects the ended batches none asked for."""
         with self._lock:
             if self._engine is None or self.closed_at is not None:
                 return
+            if sweep and hasattr(self._engine, "sweep"):
+                self._engine.sweep()
             self.closed_at = time.perf_counter()
             engine, self._engine = self._engine, None
             if hasattr(engine, "close"):
@@ -106,7 +126,9 @@ class Stream:
         self.done: queue.Queue = queue.Queue()
         self.pending = 0
 
-    def submit(self, tag, request: LLMRequest) -> None:
+    def submit(self, tag, request: LLMRequest, check=None) -> None:
+        """`check` (a batch engine's: whether an answer is usable before it is cached) is not
+        needed here: the caller checks each answer before recording it."""
         self.pending += 1
         future = self.pool.submit(self._one, request)
         future.add_done_callback(lambda f: self.done.put((tag, f.result())))

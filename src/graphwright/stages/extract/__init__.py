@@ -93,6 +93,12 @@ def _extraction(run, texts: pa.Table, key: str, retried: set[str]) -> tuple[Batc
     rounds = 1 + cfg.extract.gleanings
     asks = any(len(c) < rounds for c in plan.work.column("cached").to_pylist())
     session, ledger = run.llm, (str(run.store.root), run.run_id)
+    if session.batched:  # the driver sends every round in batches first; the workers only read the answers
+        from graphwright.stages.extract.batch import Answered, answer_in_batches
+
+        work, answered = answer_in_batches(run, plan.work) if asks else (plan.work, Answered({}, cfg.llm.model))
+        args = (cfg.extract, cfg.llm, key, answered, None)
+        return BatchStage("extract", LLMExtractor, args, **common), work, plan.copies, plan.stats
     if session.on_driver:  # the model lives in this process
         args = (cfg.extract, cfg.llm, key, session.engine() if asks else None, ledger)
     else:  # every actor builds a client to the session's engine (for vllm, its Serve route)
@@ -181,6 +187,10 @@ def where(cfg) -> Where:
     if cfg.extract.engine == "llm" and llm.engine == "vllm":
         return Where(extractor, f"{pool_of(cfg.execution)}, to the run's Ray Serve LLM application",
                      f"{llm.replicas} vLLM replicas x {llm.tensor_parallel_size} GPU, started once per run")
+    if cfg.extract.engine == "llm" and llm.engine == "openai-batch":
+        where = llm.base_url if llm.batch.via == "api" else "request files for vllm run-batch"
+        return Where(extractor, "driver: every round's requests in batches, then " + pool_of(cfg.execution),
+                     f"batches of up to {llm.batch.max_requests} requests to {where}, waited for {llm.batch.wait_s:g} s")
     if cfg.extract.engine == "llm" and llm.engine == "llamacpp":
         return Where(extractor, "driver (one in-process model)", f"n_ctx {llm.n_ctx}")
     if cfg.extract.engine == "llm":
@@ -189,8 +199,9 @@ def where(cfg) -> Where:
 
 
 STAGE = Stage(
-    "extract", reads=("chunks", "extractions", "llm_cache"), writes=("mentions", "assertions", "extractions", "llm_cache", "llm_calls"),
+    "extract", reads=("chunks", "extractions", "llm_cache", "llm_batches", "llm_batch_requests"),
+    writes=("mentions", "assertions", "extractions", "llm_cache", "llm_calls", "llm_batches", "llm_batch_requests"),
     execute=execute, where=where,
     summary="entities and relations per chunk (nlp rules, or an LLM through the cache)",
-    engines=("llm: openai | vllm | llamacpp, through the cache", "or the nlp rules (no model)"),
+    engines=("llm: openai | vllm | llamacpp | openai-batch", "through the cache; or the nlp rules"),
 )

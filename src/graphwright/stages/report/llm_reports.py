@@ -94,11 +94,17 @@ class _LazyStream:
         from graphwright.engines.llm.session import Stream
 
         if self._stream is None:
-            self._stream = Stream(self._engine(), self._in_flight)
+            engine = self._engine()
+            if getattr(engine, "batched", False):  # a wave of reports is one batch
+                from graphwright.engines.llm.batch.engine import Waves
+
+                self._stream = Waves(engine)
+            else:
+                self._stream = Stream(engine, self._in_flight)
         return self._stream
 
-    def submit(self, tag, request) -> None:
-        self._get().submit(tag, request)
+    def submit(self, tag, request, check=None) -> None:
+        self._get().submit(tag, request, check)
 
     def completed(self):
         return self._stream.completed() if self._stream is not None else iter(())

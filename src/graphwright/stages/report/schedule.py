@@ -83,7 +83,7 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
                 continue
             requests[cid] = report_request(plan, rows, config, llm)
             if any(k in fresh for k in plan.needs):  # a child written just now: the request is new
-                stream.submit(cid, requests[cid][0])
+                stream.submit(cid, requests[cid][0], _check(plan, requests[cid][1]))
             else:
                 to_look.append(cid)
         return to_look
@@ -101,7 +101,7 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
                 if keys[cid] in cached:
                     finish(cid, keys[cid], response_of(cached[keys[cid]]), True)
                 else:
-                    stream.submit(cid, requests[cid][0])
+                    stream.submit(cid, requests[cid][0], _check(plans[cid], requests[cid][1]))
         later = set(cascade)
         for cid, resp in stream.completed():
             finish(cid, requests[cid][0].cache_key(llm.model), resp, False)
@@ -114,6 +114,18 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
                         later.add(parent)
         batch = sorted(c for c in later | {cid for cid in waiting if ready(cid)} if c in waiting)
     return rows, calls, stats
+
+
+def _check(plan: Plan, refs) -> Callable[[str], str | None]:
+    """Why an answer is not a report of `plan` (for a batch engine, before it caches it), or None."""
+    def check(text: str) -> str | None:
+        try:
+            parse_report(text, plan, refs)
+        except ParseError as exc:
+            return str(exc)
+        return None
+
+    return check
 
 
 def _fallback(fallback, cid: str, rows: dict, plan: Plan, reason: str) -> dict:
