@@ -1,0 +1,114 @@
+"""Linking's memory between runs: each key's profile fingerprint, the evidence of every pair
+scored, and the candidate pairs of the key set. A pair whose two profiles kept their fingerprints
+scores as it did (a score is a function of the two profiles), so an update scores only the pairs
+with a changed key; candidates (without embeddings a function of the keys alone) are generated
+again only when the key set changed."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+
+from graphwright.stages.resolve.codes import group_sums
+from graphwright.stages.resolve.scoring import PairEvidence
+from graphwright.util.numeric import unique
+
+_MASK = (1 << 63) - 1
+
+
+def stable_hashes(values: list[str]) -> np.ndarray:
+    """A 63-bit hash per string that is the same in every process (Python's `hash` is not)."""
+    return np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") & _MASK
+                     for v in values], dtype=np.int64)
+
+
+def _mix(*columns: np.ndarray) -> np.ndarray:
+    """Combine int64 columns into one hash per row (wrapping arithmetic, order-sensitive)."""
+    out = np.zeros(len(columns[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for c in columns:
+            out = (out * np.uint64(0x9E3779B97F4A7C15)) ^ c.astype(np.uint64)
+            out ^= out >> np.uint64(29)
+    return (out & np.uint64(_MASK)).astype(np.int64)
+
+
+def set_hashes(owner: np.ndarray, item_hash: np.ndarray, n: int) -> np.ndarray:
+    """Per owner 0..n-1, an order-free hash of the set of items it holds (distinct pairs given)."""
+    with np.errstate(over="ignore"):
+        mixed = _mix(item_hash).astype(np.uint64)
+        out = np.zeros(n, dtype=np.uint64)
+        np.add.at(out, owner, mixed)
+    return out.astype(np.int64)
+
+
+def profile_fingerprints(keys: list[str], m_key, m_count, m_type, type_hash, m_chunk, chunk_hash, src, tgt, keep,
+                         texts: list[str] | None = None) -> np.ndarray:
+    """Per key, a hash of everything its KeyProfile holds: mentions, types, chunks, related keys
+    (and its text, when linking embeds or asks an LLM)."""
+    n = len(keys)
+    key_hash = stable_hashes(keys)
+    mentions = np.bincount(m_key, weights=m_count, minlength=n).astype(np.int64)
+    g, t, c = group_sums(m_key, m_type, m_count, max(len(type_hash), 1))
+    types = set_hashes(g, _mix(type_hash[t], c.astype(np.int64)), n)
+    width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
+    pairs = unique(m_key * width + m_chunk)
+    chunks = set_hashes(pairs // width, chunk_hash[pairs % width], n)
+    s, d = src[keep], tgt[keep]
+    linked = unique(np.concatenate([np.minimum(s, d) * n + np.maximum(s, d), np.maximum(s, d) * n + np.minimum(s, d)]))
+    neighbours = set_hashes(linked // n, key_hash[linked % n], n)
+    parts = [key_hash, mentions, types, chunks, neighbours]
+    if texts is not None:
+        parts.append(stable_hashes(texts))
+    return _mix(*parts)
+
+
+EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")
+
+
+def memo_from(table: pa.Table | None, fingerprint: dict[str, int]) -> dict[tuple[str, str], PairEvidence]:
+    """The cached evidence of pairs whose two keys still have the fingerprints it was scored with."""
+    if table is None or not table.num_rows:
+        return {}
+    columns = {c: table.column(c).to_pylist() for c in table.column_names}
+    memo = {}
+    for i, (a, b) in enumerate(zip(columns["a"], columns["b"])):
+        if fingerprint.get(a) == columns["fa"][i] and fingerprint.get(b) == columns["fb"][i]:
+            memo[(a, b)] = PairEvidence(a, b, *(columns[c][i] for c in EVIDENCE))
+    return memo
+
+
+def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str, int]) -> pa.Table:
+    pairs = [e for e in memo.values() if e.a in fingerprint and e.b in fingerprint]
+    return pa.table({
+        "a": pa.array([e.a for e in pairs], pa.string()), "b": pa.array([e.b for e in pairs], pa.string()),
+        "fa": pa.array([fingerprint[e.a] for e in pairs], pa.int64()), "fb": pa.array([fingerprint[e.b] for e in pairs], pa.int64()),
+        **{c: pa.array([getattr(e, c) for e in pairs], pa.float64() if c in ("score", "name", "neighbours", "chunks", "embedding")
+                       else pa.bool_() if c == "contained" else pa.string()) for c in EVIDENCE},
+    })
+
+
+def keys_digest(keys: list[str]) -> str:
+    h = hashlib.sha256()
+    for k in keys:
+        h.update(k.encode() + b"\x1f")
+    return h.hexdigest()
+
+
+def candidates_from(table: pa.Table | None, keys: list[str]) -> dict[str, set[tuple[int, int]]]:
+    """The stored candidate pairs, if they were generated for exactly these keys; else {}."""
+    if table is None or not table.num_rows or table.schema.metadata is None \
+            or table.schema.metadata.get(b"keys") != keys_digest(keys).encode():
+        return {}
+    out: dict[str, set[tuple[int, int]]] = {g: set() for g in table.schema.metadata[b"generators"].decode().split(",") if g}
+    for g, i, j in zip(*(table.column(c).to_pylist() for c in ("generator", "i", "j"))):
+        out.setdefault(g, set()).add((i, j))
+    return out
+
+
+def candidates_table(candidates: dict[str, set[tuple[int, int]]], keys: list[str]) -> pa.Table:
+    rows = [(g, i, j) for g, pairs in candidates.items() for i, j in pairs]
+    table = pa.table({"generator": pa.array([r[0] for r in rows], pa.string()),
+                      "i": pa.array([r[1] for r in rows], pa.int64()), "j": pa.array([r[2] for r in rows], pa.int64())})
+    return table.replace_schema_metadata({"keys": keys_digest(keys), "generators": ",".join(sorted(candidates))})
