@@ -34,7 +34,7 @@ from graphwright.stages.resolve.rows import (
     order_kept,
     text_fetcher,
 )
-from graphwright.stages.resolve.pair_cache import candidates_from, candidates_table, memo_from, memo_table
+from graphwright.stages.resolve.pair_cache import candidates_from, candidates_table, memo_from, memo_table, valid_rows
 from graphwright.util import memory
 from graphwright.util.numeric import to_numpy, unique
 
@@ -105,17 +105,18 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                 profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
             texts = [profiles[k].text for k in keys]
         fp = fingerprint_keys(keys, m_key, m, type_names, chunk_names, a_src, a_tgt, a_keep, texts)
-        memo = memo_from(st.derived.get("pairs") if cached else None, fp)
+        kept = valid_rows(st.derived.get("pairs") if cached else None, fp)
+        memo = memo_from(kept)
         reused = len(memo)
         candidates = candidates_from(st.derived.get("candidates") if cached else None, keys)
+        known = bool(candidates)
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
                                           adjudicate if config.adjudicate else None, memo=memo, candidates=candidates)
-        stats.update(link, pairs_rescored=len(memo) - reused)
-        pairs_table, cand_table = memo_table(memo, fp), candidates_table(candidates, keys)
+        stats.update(link, pairs_rescored=len(memo) - reused, candidates_reused=known)
+        pairs_table = memo_table(memo, fp, kept)
+        cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)
         del profiles
         memory.release()
-    if link_stats is not None:
-        link_stats.update(stats)
     mentioned = dict(zip(keys, np.bincount(m_key, weights=m["count"], minlength=len(keys)).astype(np.int64).tolist()))
     members: dict[str, list[str]] = {}
     for k in keys:
@@ -151,6 +152,14 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             dirty_key[hit[hit >= 0]] = True
         dirty_entity = np.zeros(n_entities, dtype=bool)
         dirty_entity[entity_of_key[dirty_key]] = True
+        for i in np.flatnonzero(moved).tolist():  # the entity a key left has lost its rows
+            left = position.get(old_canon.get(keys[i]))
+            if left is not None:
+                dirty_entity[left] = True
+        for k in gone:
+            left = position.get(old_canon[k])
+            if left is not None:
+                dirty_entity[left] = True
         old_at = to_numpy(pc.fill_null(pc.index_in(pa.array(entity_keys, pa.string()), value_set=old_entities.column("canonical_key")), -1), np.int64)
         old_degree = to_numpy(old_entities.column("degree"), np.int64)
         dirty_entity |= (old_at < 0) | (old_degree[np.maximum(old_at, 0)] != degree) if len(old_degree) else np.ones(n_entities, bool)
@@ -195,6 +204,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     stats.update(entities_rebuilt=len(chosen), relationships_rebuilt=len(chosen_pairs), incremental=bool(base),
                  mentions_changed=len(net_m["name"]), assertions_changed=len(net_a["source"]),
                  mentions_total=len(m["name"]))
+    if link_stats is not None:
+        link_stats.update(stats)
     derived = {
         "keys": pa.table({"key": pa.array(keys, pa.string()), "canonical": pa.array([canonical[k] for k in keys], pa.string())}),
         "entities": pa.table({"canonical_key": pa.array(entity_keys, pa.string()), "entity_id": pa.array(entity_ids, pa.string()),

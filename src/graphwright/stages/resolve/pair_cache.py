@@ -10,6 +10,7 @@ import hashlib
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.stages.resolve.codes import group_sums
 from graphwright.stages.resolve.scoring import PairEvidence
@@ -67,26 +68,38 @@ def profile_fingerprints(keys: list[str], m_key, m_count, m_type, type_hash, m_c
 EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")
 
 
-def memo_from(table: pa.Table | None, fingerprint: dict[str, int]) -> dict[tuple[str, str], PairEvidence]:
-    """The cached evidence of pairs whose two keys still have the fingerprints it was scored with."""
+def valid_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> pa.Table | None:
+    """The cached rows whose two keys still have the fingerprints they were scored with."""
+    if table is None or not table.num_rows:
+        return None
+    keys = pa.array(list(fingerprint), pa.string())
+    now = np.r_[np.array(list(fingerprint.values()), dtype=np.int64), 0]
+    ok = np.ones(table.num_rows, dtype=bool)
+    for side, stored in (("a", "fa"), ("b", "fb")):
+        at = np.asarray(pc.fill_null(pc.index_in(table.column(side), value_set=keys), len(keys)), dtype=np.int64)
+        ok &= (at < len(keys)) & (now[at] == np.asarray(table.column(stored), dtype=np.int64))
+    return table.filter(pa.array(ok))
+
+
+def memo_from(table: pa.Table | None) -> dict[tuple[str, str], PairEvidence]:
+    """The evidence of valid_rows(...) as the scorer's memo."""
     if table is None or not table.num_rows:
         return {}
-    columns = {c: table.column(c).to_pylist() for c in table.column_names}
-    memo = {}
-    for i, (a, b) in enumerate(zip(columns["a"], columns["b"])):
-        if fingerprint.get(a) == columns["fa"][i] and fingerprint.get(b) == columns["fb"][i]:
-            memo[(a, b)] = PairEvidence(a, b, *(columns[c][i] for c in EVIDENCE))
-    return memo
+    columns = [table.column(c).to_pylist() for c in ("a", "b", *EVIDENCE)]
+    return {(a, b): PairEvidence(a, b, *rest) for a, b, *rest in zip(*columns)}
 
 
-def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str, int]) -> pa.Table:
-    pairs = [e for e in memo.values() if e.a in fingerprint and e.b in fingerprint]
-    return pa.table({
+def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str, int], kept: pa.Table | None = None) -> pa.Table:
+    """The cache to keep: `kept` (the valid cached rows) and the pairs of `memo` not among them."""
+    have = set() if kept is None else set(zip(kept.column("a").to_pylist(), kept.column("b").to_pylist()))
+    pairs = [e for p, e in memo.items() if p not in have and e.a in fingerprint and e.b in fingerprint]
+    table = pa.table({
         "a": pa.array([e.a for e in pairs], pa.string()), "b": pa.array([e.b for e in pairs], pa.string()),
         "fa": pa.array([fingerprint[e.a] for e in pairs], pa.int64()), "fb": pa.array([fingerprint[e.b] for e in pairs], pa.int64()),
         **{c: pa.array([getattr(e, c) for e in pairs], pa.float64() if c in ("score", "name", "neighbours", "chunks", "embedding")
                        else pa.bool_() if c == "contained" else pa.string()) for c in EVIDENCE},
     })
+    return table if kept is None else pa.concat_tables([kept.cast(table.schema), table])
 
 
 def keys_digest(keys: list[str]) -> str:
