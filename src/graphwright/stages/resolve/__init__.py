@@ -25,7 +25,9 @@ def execute(run, m: dict) -> dict:
         for part in update.relationship_parts:
             yield _summarize_descriptions(run, overflow, part, "relationships", "relationship_id")
 
-    if update.patch:  # only the rows the update touched are written, into new files
+    if update.stats.get("unchanged"):  # neither the input tables nor the outputs moved since the last resolve
+        diffs = {t: {"unchanged": True} for t in ("entities", "entity_aliases", "relationships")}
+    elif update.patch:  # only the rows the update touched are written, into new files
         diffs = {"entities": patch_table(store, "entities", update.removed_entities, [entities]),
                  "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
                  "relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts())}

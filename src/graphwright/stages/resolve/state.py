@@ -70,13 +70,19 @@ def fingerprint(extractor: str, method: str) -> str:
     return ids.stable_id("resolve-state", FORMAT, extractor, method)
 
 
-def load(files, fingerprint_: str, method: str) -> ResolveState | None:
-    """The state the last run left, or None (none yet, another extractor or method, unreadable)."""
+def peek(files, fingerprint_: str) -> dict | None:
+    """state.json of the state the last run left for this fingerprint, or None."""
     try:
         meta = json.loads(files.read_bytes(f"{ROOT}/state.json"))
     except Exception:  # noqa: BLE001 - no state (or a damaged one): resolve from the tables
         return None
-    if meta.get("format") != FORMAT or meta.get("fingerprint") != fingerprint_:
+    return meta if meta.get("format") == FORMAT and meta.get("fingerprint") == fingerprint_ else None
+
+
+def load(files, fingerprint_: str, method: str) -> ResolveState | None:
+    """The state the last run left, or None (none yet, another extractor or method, unreadable)."""
+    meta = peek(files, fingerprint_)
+    if meta is None:
         return None
     state = ResolveState.empty(fingerprint_, method)
     for kind, parts in meta["dictionary_parts"].items():
