@@ -14,12 +14,13 @@ from graphwright.engines.embed import model_name
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, manifests
+from graphwright.storage.patch import data_files
 
 
 def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str]) -> dict:
     """Write a new manifest unless the latest one already pins exactly this state."""
     versions = {name: store.ensure(name).version() for name in DATA_TABLES}
-    counts = {name: store.count(name) for name in DATA_TABLES}
+    counts = {name: _rows(store, name) for name in DATA_TABLES}
     previous = manifests(store)
     latest = previous[-1] if previous else None
     if latest and latest["table_versions"] == versions and latest["vector_indexes"] == vector_indexes \
@@ -39,6 +40,13 @@ def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_index
     store.upsert("index_manifest", pa.Table.from_pylist([row]))
     return {**row, "table_versions": versions, "vector_indexes": vector_indexes, "counts": counts, "new": True}
 
+
+def _rows(store: IndexStore, name: str) -> int:
+    """A table's rows from the record counts its Delta log keeps per file (no data file read)."""
+    files = data_files(store, name)
+    if any(n is None for _, n in files):
+        return store.count(name)
+    return sum(n for _, n in files)
 
 
 def execute(run, m: dict) -> dict:

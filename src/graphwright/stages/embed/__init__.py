@@ -13,11 +13,27 @@ from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.memo import StageMemo
 
 ENTITY_TEXT_CHARS = 600
 
 
 def execute(run, m: dict) -> dict:
+    store, cfg = run.store, run.config
+    reads = ("entities", "chunks", "community_reports") + (("relationships",) if cfg.embed.relationships else ())
+    memo = StageMemo(store, "embed", reads, ("embeddings",), cfg.embed.model_dump_json() + cfg.vectors.model_dump_json())
+    last = memo.unchanged()
+    if last and all(store.files.exists(f) for f in last["vector_indexes"].values() if f):
+        counts = {k: {"embedded": 0, "reused": c["embedded"] + c["reused"], "removed": 0} for k, c in last["counts"].items()}
+        m.update(rows_in=0, rows_out=0, skipped=True, work_unit="items", work_done=0,
+                 work_total=sum(c["reused"] for c in counts.values()))
+        return {"vector_indexes": last["vector_indexes"], "counts": counts}
+    result = _embed(run, m)
+    memo.record(result)
+    return result
+
+
+def _embed(run, m: dict) -> dict:
     store, cfg = run.store, run.config
     model = model_name(cfg.embed)
     counts, todo_parts = {}, []

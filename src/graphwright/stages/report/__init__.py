@@ -13,10 +13,17 @@ from graphwright.stages.report.extractive import build_reports
 from graphwright.stages.report.llm_reports import LLMReports, generator_of, to_table
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.memo import StageMemo
 
 
 def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config.report
+    memo = StageMemo(store, "report", ("communities", "entities", "relationships"), ("community_reports",),
+                     cfg.model_dump_json()) if cfg.mode == "extractive" else None
+    if memo is not None and (last := memo.unchanged()) is not None:  # no input written since the reports were
+        m.update(rows_in=0, rows_out=0, skipped=True, **last, work_unit="reports", work_done=0,
+                 work_total=last.get("reused", 0) + last.get("built", 0))
+        return {**last, "reused": last.get("reused", 0) + last.get("built", 0), "built": 0}
     previous = store.read("community_reports")
     if cfg.mode == "extractive":
         communities = _communities_without_chunk_lists(store)
@@ -27,6 +34,7 @@ def execute(run, m: dict) -> dict:
         store.replace_if_changed("community_reports", reports)
         m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
+        memo.record(stats)
         return stats
     run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
     communities = store.read("communities")

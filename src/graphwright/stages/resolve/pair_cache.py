@@ -25,7 +25,7 @@ def stable_hashes(values: list[str]) -> np.ndarray:
                      for v in values], dtype=np.int64)
 
 
-def _mix(*columns: np.ndarray) -> np.ndarray:
+def mix(*columns: np.ndarray) -> np.ndarray:
     """Combine int64 columns into one hash per row (wrapping arithmetic, order-sensitive)."""
     out = np.zeros(len(columns[0]), dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -38,7 +38,7 @@ def _mix(*columns: np.ndarray) -> np.ndarray:
 def set_hashes(owner: np.ndarray, item_hash: np.ndarray, n: int) -> np.ndarray:
     """Per owner 0..n-1, an order-free hash of the set of items it holds (distinct pairs given)."""
     with np.errstate(over="ignore"):
-        mixed = _mix(item_hash).astype(np.uint64)
+        mixed = mix(item_hash).astype(np.uint64)
         out = np.zeros(n, dtype=np.uint64)
         np.add.at(out, owner, mixed)
     return out.astype(np.int64)
@@ -52,7 +52,7 @@ def profile_fingerprints(keys: list[str], m_key, m_count, m_type, type_hash, m_c
     key_hash = stable_hashes(keys)
     mentions = np.bincount(m_key, weights=m_count, minlength=n).astype(np.int64)
     g, t, c = group_sums(m_key, m_type, m_count, max(len(type_hash), 1))
-    types = set_hashes(g, _mix(type_hash[t], c.astype(np.int64)), n)
+    types = set_hashes(g, mix(type_hash[t], c.astype(np.int64)), n)
     width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
     pairs = unique(m_key * width + m_chunk)
     chunks = set_hashes(pairs // width, chunk_hash[pairs % width], n)
@@ -62,7 +62,7 @@ def profile_fingerprints(keys: list[str], m_key, m_count, m_type, type_hash, m_c
     parts = [key_hash, mentions, types, chunks, neighbours]
     if texts is not None:
         parts.append(stable_hashes(texts))
-    return _mix(*parts)
+    return mix(*parts)
 
 
 EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")
