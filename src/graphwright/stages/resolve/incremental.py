@@ -34,7 +34,14 @@ from graphwright.stages.resolve.rows import (
     order_kept,
     text_fetcher,
 )
-from graphwright.stages.resolve.pair_cache import candidates_from, candidates_table, memo_from, memo_table, valid_rows
+from graphwright.stages.resolve.pair_cache import (
+    candidates_from,
+    candidates_table,
+    memo_from,
+    memo_table,
+    settled_codes,
+    valid_rows,
+)
 from graphwright.storage import contracts
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
@@ -115,12 +122,13 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             texts = [profiles[k].text for k in keys]
         fp = fingerprint_keys(keys, m_key, m, type_names, chunk_names, a_src, a_tgt, a_keep, texts)
         kept = valid_rows(st.derived.get("pairs") if cached else None, fp)
-        memo = memo_from(kept)
+        memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
         reused = len(memo)
         candidates = candidates_from(st.derived.get("candidates") if cached else None, keys)
         known = bool(candidates)
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
-                                          adjudicate if config.adjudicate else None, memo=memo, candidates=candidates)
+                                          adjudicate if config.adjudicate else None, memo=memo, candidates=candidates,
+                                          settled=settled_codes(kept, keys, config.borderline_threshold))
         stats.update(link, pairs_rescored=len(memo) - reused, candidates_reused=known)
         pairs_table = memo_table(memo, fp, kept)
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright.stages.resolve.codes import group_sums
+from graphwright.stages.resolve.codes import group_sums, text_hashes
 from graphwright.stages.resolve.scoring import PairEvidence
 from graphwright.util.numeric import unique
 
@@ -21,8 +21,7 @@ _MASK = (1 << 63) - 1
 
 def stable_hashes(values: list[str]) -> np.ndarray:
     """A 63-bit hash per string that is the same in every process (Python's `hash` is not)."""
-    return np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "little") & _MASK
-                     for v in values], dtype=np.int64)
+    return text_hashes(values) & np.int64(_MASK)
 
 
 def mix(*columns: np.ndarray) -> np.ndarray:
@@ -81,10 +80,22 @@ def valid_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> pa.Table 
     return table.filter(pa.array(ok))
 
 
-def memo_from(table: pa.Table | None) -> dict[tuple[str, str], PairEvidence]:
-    """The evidence of valid_rows(...) as the scorer's memo."""
+def settled_codes(table: pa.Table | None, keys: list[str], below: float) -> np.ndarray:
+    """Sorted codes i * len(keys) + j (indices into the sorted keys) of the cached pairs scoring below `below`."""
+    if table is None or not table.num_rows:
+        return np.empty(0, np.int64)
+    low = table.filter(pc.less(table.column("score"), below))
+    values = pa.array(keys, pa.string())
+    i = np.asarray(pc.index_in(low.column("a"), value_set=values), dtype=np.int64)
+    j = np.asarray(pc.index_in(low.column("b"), value_set=values), dtype=np.int64)
+    return np.sort(i * len(keys) + j)
+
+
+def memo_from(table: pa.Table | None, at_least: float = float("-inf")) -> dict[tuple[str, str], PairEvidence]:
+    """The evidence of valid_rows(...) scoring at least `at_least`, as the scorer's memo."""
     if table is None or not table.num_rows:
         return {}
+    table = table.filter(pc.greater_equal(table.column("score"), at_least))
     columns = [table.column(c).to_pylist() for c in ("a", "b", *EVIDENCE)]
     return {(a, b): PairEvidence(a, b, *rest) for a, b, *rest in zip(*columns)}
 
