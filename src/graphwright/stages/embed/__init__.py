@@ -38,8 +38,20 @@ def _embed(run, m: dict) -> dict:
     model = model_name(cfg.embed)
     counts, todo_parts = {}, []
     for kind, items in _embedding_inputs(store, cfg.embed.relationships).items():
-        items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
         have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
+        if kind == "chunk":  # a chunk's id derives from its text: only new ids need their text read and hashed
+            ids_ = items.column("item_id")
+            kept = have.filter(pc.is_in(have.column("item_id"), value_set=ids_))
+            fresh = ids_.filter(pc.invert(pc.is_in(ids_, value_set=have.column("item_id"))))
+            new = store.rows_in("chunks", "chunk_id", fresh.to_pylist(), ["chunk_id", "text"])
+            items = pa.table({
+                "item_id": pa.concat_arrays([kept.column("item_id").combine_chunks(), new.column("chunk_id").combine_chunks()]),
+                "text": pa.concat_arrays([pa.nulls(kept.num_rows, pa.string()), new.column("text").combine_chunks()]),
+                "text_hash": pa.concat_arrays([kept.column("text_hash").combine_chunks(),
+                                               _text_hashes(model, new.column("text")).combine_chunks()]),
+            })
+        else:
+            items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
         current, existing = _pair_keys(items, "item_id", "text_hash"), _pair_keys(have, "item_id", "text_hash")
         stale = pc.unique(have.column("item_id").filter(pc.invert(pc.is_in(existing, value_set=current)))).to_pylist()
         if stale:
@@ -73,13 +85,13 @@ def _embed(run, m: dict) -> dict:
 
 def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:
     ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
-    chunks = store.read("chunks", columns=["chunk_id", "text"])
+    chunks = store.read("chunks", columns=["chunk_id"])
     reports = store.read("community_reports", columns=["community_id", "full_content"])
     # the model reads 256 word-pieces at most; a longer description would only cost time
     entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
     inputs = {
         "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
-        "chunk": pa.table({"item_id": chunks.column("chunk_id"), "text": chunks.column("text")}),
+        "chunk": pa.table({"item_id": chunks.column("chunk_id")}),  # texts only of new chunks (_embed)
         "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
     }
     if embed_relationships:  # for the query's relation-level (LightRAG "high") search

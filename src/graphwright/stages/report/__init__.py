@@ -6,6 +6,7 @@ its inputs changed."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.pipeline.errors import TooManyReportFailures
 from graphwright.pipeline.stage import Stage, Where
@@ -13,7 +14,9 @@ from graphwright.stages.report.extractive import build_reports
 from graphwright.stages.report.llm_reports import LLMReports, generator_of, to_table
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.diff import row_digests
 from graphwright.storage.memo import StageMemo
+from graphwright.storage.patch import patch_table
 
 
 def execute(run, m: dict) -> dict:
@@ -31,7 +34,7 @@ def execute(run, m: dict) -> dict:
             communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
             _relationships_without_descriptions(store), cfg, previous,
             descriptions=lambda ids_: store.rows_in("relationships", "relationship_id", ids_, ["relationship_id", "description"]))
-        store.replace_if_changed("community_reports", reports)
+        stats["written"] = _write_changed(store, previous, reports)
         m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         memo.record(stats)
@@ -65,6 +68,20 @@ def execute(run, m: dict) -> dict:
     m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
              work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
     return stats
+
+
+def _write_changed(store: IndexStore, previous: pa.Table, reports: pa.Table) -> dict:
+    """Write only the reports that differ from the stored ones (row digests; a few thousand rows),
+    and remove those of communities that are gone: the table's files that hold neither stay."""
+    key = tuple(contracts.schema("community_reports").primary_key)
+    reports = contracts.schema("community_reports").validate(reports)
+    old = row_digests(previous.select(reports.schema.names), key)
+    new = row_digests(reports, key)
+    changed = pc.invert(pc.is_in(new.column("__digest"), value_set=old.column("__digest")))
+    removed = pc.filter(old.column("community_id"), pc.invert(pc.is_in(old.column("community_id"), value_set=new.column("community_id"))))
+    if not store.exists("community_reports") or pc.any(changed).as_py() or len(removed):
+        return patch_table(store, "community_reports", removed, [reports.filter(changed)])
+    return {"rows_added": 0, "rows_removed": 0}
 
 
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
