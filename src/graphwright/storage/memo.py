@@ -33,3 +33,33 @@ class StageMemo:
     def record(self, result: dict | None = None) -> None:
         note = {"key": self.key, "reads": self.seen, "writes": self._versions(self.writes), "result": result or {}}
         self.store.files.write_bytes(self.path, json.dumps(note, sort_keys=True, default=str).encode())
+
+
+def rebase_notes(store, moved: dict[str, tuple[int | None, int | None]]) -> int:
+    """After a rewrite that changed no row (compaction), move the versions the stages' notes under
+    state/ recorded for the rewritten tables from the old version to the new one, so that the next
+    run still finds its notes valid. Returns how many notes changed."""
+    changed = 0
+    for relative in store.files.list("state"):
+        if not relative.endswith(".json"):
+            continue
+        note = json.loads(store.files.read_bytes(relative))
+        if _rebase(note, moved):
+            store.files.write_bytes(relative, json.dumps(note, sort_keys=True, default=str).encode())
+            changed += 1
+    return changed
+
+
+def _rebase(value, moved) -> bool:
+    hit = False
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in moved and not isinstance(v, (dict, list)) and v == moved[k][0]:
+                value[k] = moved[k][1]
+                hit = True
+            else:
+                hit |= _rebase(v, moved)
+    elif isinstance(value, list):
+        for v in value:
+            hit |= _rebase(v, moved)
+    return hit
