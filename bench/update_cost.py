@@ -5,13 +5,13 @@ update equals a fresh resolve of the same state and how its communities compare 
 full clustering (top-level modularity, membership changes outside the touched communities).
 
     python bench/update_cost.py --index DIR/index-120000 --corpus DIR/corpus-120000 --work /tmp/uc \\
-        --base-src /path/to/old/src --shares 0,0.001,0.01 --full-build-s 240 [--fresh]
+        --base-src /path/to/old/src --shares 0,0.001,0.01 --full-build-s 240 [--fresh 0.01]
 
 Every run starts from a copy of --index (data files hard-linked: Delta never rewrites a file) in a
 fresh process. The code under test is this checkout; --base-src is the other code's `src`. Its
 first run on an index built by older code builds its state (state/): that run is measured apart,
 as "priming", and the updates start from the primed copy. --fresh also builds the edited corpus
-from scratch and compares every table (slow: a full build).
+from scratch for the shares it names and compares every table (slow: a full build each).
 """
 
 from __future__ import annotations
@@ -186,7 +186,8 @@ def main() -> None:
     p.add_argument("--base-src", type=Path, help="the other code's src folder (its bench/ beside it, if any)")
     p.add_argument("--shares", default="0,0.001,0.01")
     p.add_argument("--full-build-s", type=float, help="the full build's wall seconds, for the ratios")
-    p.add_argument("--fresh", action="store_true", help="also index each edited corpus from scratch and compare every table")
+    p.add_argument("--fresh", default="", metavar="SHARES",
+                   help="for these shares, also index the edited corpus from scratch and compare every table (a full build each)")
     p.add_argument("--check", nargs=3, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.check:
@@ -199,6 +200,9 @@ def main() -> None:
     copy_index(a.index, primed)
     results["priming"] = run_update(SRC, a.corpus, primed)  # builds the state: a no-op for the tables
     print(_line("priming", results["priming"], a.full_build_s), flush=True)
+    state = {d.name: sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) for d in (primed / "state").iterdir() if d.is_dir()}
+    results["state_bytes"] = state
+    print("  state after priming (MB): " + ", ".join(f"{k} {v / 2**20:.0f}" for k, v in sorted(state.items())), flush=True)
     for share in (float(x) for x in a.shares.split(",")):
         row = {"share": share}
         with edited_corpus(a.corpus, share) if share else _nothing() as edit:
@@ -214,7 +218,7 @@ def main() -> None:
                 if label == "after":
                     row["check"] = check(target, primed, a.work)
                     print("   ", json.dumps(row["check"]), flush=True)
-                    if a.fresh:
+                    if share in {float(x) for x in a.fresh.split(",") if x}:
                         row["fresh"] = _fresh_tables(target, a.corpus, a.work)
                         print("    fresh build:", json.dumps(row["fresh"]), flush=True)
                 shutil.rmtree(target)

@@ -38,7 +38,8 @@ def execute(run, m: dict) -> dict:
     update.finish(store)
     m.update(rows_in=update.stats["mentions_changed"] + update.stats["assertions_changed"], rows_out=entities.num_rows + update.stats["relationships_rebuilt"],
              entities=update.n_entities, relationships=update.n_relationships, aliases=update.aliases.num_rows,
-             changes=diffs, linking=linking, work_unit="mentions", work_done=update.stats["mentions_changed"],
+             changes=diffs, linking=linking, work_unit="mentions",
+             work_done=update.stats["mentions_changed"] if update.stats.get("incremental") else update.stats["mentions_total"],
              work_total=update.stats.get("mentions_total", 0))
     return diffs
 
