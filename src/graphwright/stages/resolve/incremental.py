@@ -120,7 +120,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             for i, k in enumerate(keys):
                 profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
             texts = [profiles[k].text for k in keys]
-        fp = fingerprint_keys(keys, m_key, m, type_names, chunk_names, a_src, a_tgt, a_keep, texts)
+        fp = fingerprint_keys(keys, profiles, chunk_names, texts)
         kept = valid_rows(st.derived.get("pairs") if cached else None, fp)
         memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
         reused = len(memo)

@@ -12,9 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright.stages.resolve.codes import group_sums, text_hashes
+from graphwright.stages.resolve.codes import text_hashes
 from graphwright.stages.resolve.scoring import PairEvidence
-from graphwright.util.numeric import unique
 
 _MASK = (1 << 63) - 1
 
@@ -41,27 +40,6 @@ def set_hashes(owner: np.ndarray, item_hash: np.ndarray, n: int) -> np.ndarray:
         out = np.zeros(n, dtype=np.uint64)
         np.add.at(out, owner, mixed)
     return out.astype(np.int64)
-
-
-def profile_fingerprints(keys: list[str], m_key, m_count, m_type, type_hash, m_chunk, chunk_hash, src, tgt, keep,
-                         texts: list[str] | None = None) -> np.ndarray:
-    """Per key, a hash of everything its KeyProfile holds: mentions, types, chunks, related keys
-    (and its text, when linking embeds or asks an LLM)."""
-    n = len(keys)
-    key_hash = stable_hashes(keys)
-    mentions = np.bincount(m_key, weights=m_count, minlength=n).astype(np.int64)
-    g, t, c = group_sums(m_key, m_type, m_count, max(len(type_hash), 1))
-    types = set_hashes(g, mix(type_hash[t], c.astype(np.int64)), n)
-    width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
-    pairs = unique(m_key * width + m_chunk)
-    chunks = set_hashes(pairs // width, chunk_hash[pairs % width], n)
-    s, d = src[keep], tgt[keep]
-    linked = unique(np.concatenate([np.minimum(s, d) * n + np.maximum(s, d), np.maximum(s, d) * n + np.minimum(s, d)]))
-    neighbours = set_hashes(linked // n, key_hash[linked % n], n)
-    parts = [key_hash, mentions, types, chunks, neighbours]
-    if texts is not None:
-        parts.append(stable_hashes(texts))
-    return mix(*parts)
 
 
 EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")

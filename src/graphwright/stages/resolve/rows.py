@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from graphwright.stages.resolve import core
 from graphwright.stages.resolve.descriptions import Texts
-from graphwright.stages.resolve.pair_cache import profile_fingerprints, stable_hashes
+from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.state import Advance
 from graphwright.storage.patch import read_data_file
 from graphwright.util.numeric import distinct_lists, to_numpy, unique
@@ -75,10 +75,25 @@ def order_kept(previous: pa.Table, rank_by_code: np.ndarray, used_chunks: np.nda
     return bool(np.all(now[1:] > now[:-1])) if len(now) > 1 else True
 
 
-def fingerprint_keys(keys, m_key, m, type_names: pa.Array, chunk_names: pa.Array, a_src, a_tgt, a_keep, texts) -> dict[str, int]:
-    fp = profile_fingerprints(keys, m_key, m["count"], m["type"], stable_hashes(type_names.to_pylist()), m["chunk_id"],
-                              stable_hashes(chunk_names.to_pylist()), a_src, a_tgt, a_keep, texts)
-    return dict(zip(keys, fp.tolist()))
+def fingerprint_keys(keys: list[str], profiles: dict, chunk_names: pa.Array, texts: list[str] | None) -> dict[str, int]:
+    """Per key, a hash of everything its KeyProfile holds (pair_cache.profile_fingerprints), read
+    from the profiles' code arrays (the group-bys over all mentions are not done twice)."""
+    ordered = [profiles[k] for k in keys]
+    key_hash = stable_hashes(keys)
+    chunk_hash = stable_hashes(chunk_names.to_pylist())
+
+    def sets(codes: list[np.ndarray], item_hash: np.ndarray) -> np.ndarray:
+        owner = np.repeat(np.arange(len(codes)), [len(c) for c in codes])
+        flat = np.concatenate(codes) if codes else np.empty(0, np.int64)
+        return set_hashes(owner, item_hash[flat], len(codes))
+
+    mentions = np.array([p.mentions for p in ordered], dtype=np.int64)
+    types = stable_hashes([repr(sorted(p.types.items())) for p in ordered])
+    parts = [key_hash, mentions, types, sets([p.chunks.codes for p in ordered], chunk_hash),
+             sets([p.neighbours.codes for p in ordered], key_hash)]
+    if texts is not None:
+        parts.append(stable_hashes(texts))
+    return dict(zip(keys, mix(*parts).tolist()))
 
 
 def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.ndarray], candidates: np.ndarray | None):
