@@ -144,3 +144,25 @@ def test_patch_rewrites_only_the_files_holding_changed_keys(tmp_path):
     assert got == {"a": 5, "c": 1, "d": 1, "e": 2}
     with pytest.raises(Exception, match="repeat a primary key"):
         patch.patch_table(store, "entity_aliases", [], [rows(["z"]), rows(["z"])])
+
+
+def test_dictionary_parts_are_folded_and_a_mostly_stale_state_is_dropped(tmp_path, monkeypatch):
+    from graphwright.stages.resolve import state
+
+    monkeypatch.setattr(state, "MAX_DICTIONARY_PARTS", 2)
+    src, updated = tmp_path / "src", tmp_path / "updated"
+    src.mkdir()
+    _index(src, updated, DOCS)
+    for n in range(3):  # each run adds new chunk ids: a dictionary part each, folded at two
+        _index(src, updated, DOCS | {f"x{n}": f"Goran Petrov met Hana Ito in Amberfield on day {n}."})
+        meta = json.loads((updated / "state" / "resolve" / "state.json").read_text())
+        assert all(len(parts) <= 2 for parts in meta["dictionary_parts"].values())
+    _assert_equals_fresh(tmp_path, src, updated, DOCS | {"x2": "Goran Petrov met Hana Ito in Amberfield on day 2."})
+    # every document replaced: most coded chunks are gone, so the state is dropped and rebuilt
+    others = {f"y{i}": f"Farah Haddad wrote to Emil Novak near Greywater, letter {i}." for i in range(2)}
+    _index(src, updated, others)
+    assert not (updated / "state" / "resolve" / "state.json").exists()
+    details = _resolve_details(updated, _index(src, updated, others | {"y9": "Emil Novak thanked Farah Haddad."}))
+    assert details["linking"]["incremental"] is False
+    assert (updated / "state" / "resolve" / "state.json").exists()
+    _assert_equals_fresh(tmp_path, src, updated, others | {"y9": "Emil Novak thanked Farah Haddad."})

@@ -231,7 +231,13 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
 
+    used = len(unique(np.concatenate([m["chunk_id"], a["chunk_id"]]))) if len(m["chunk_id"]) else 0
+    stale = len(chunks.values) > 2 * max(used, 1)  # most coded chunks are gone: start the codes afresh
+
     def finish(store_) -> None:
+        if stale:
+            state.forget(files)
+            return
         outputs = {t: store_.version(t) for t in OUTPUTS} | {"config": config_id, "inputs": inputs_now}
         state.save(files, st, run_id, advances, sizes, derived, outputs)
 

@@ -29,6 +29,7 @@ from graphwright.text.names import normalize_name, resolution_key
 
 FORMAT = 1
 ROOT = "state/resolve"
+MAX_DICTIONARY_PARTS = 16
 CODED = {"mentions": (("name", "type", "chunk_id", "doc_id"), "count"),
          "assertions": (("source", "target", "chunk_id", "doc_id"), "weight")}
 DICTIONARY_OF = {"name": "names", "source": "names", "target": "names", "type": "types", "chunk_id": "chunks", "doc_id": "docs"}
@@ -191,6 +192,8 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
     parts = {k: list(v) for k, v in state.dictionary_parts.items()}
     for kind, d in state.dictionaries.items():
         start = dictionary_sizes.get(kind, 0)
+        if len(parts.get(kind, [])) >= MAX_DICTIONARY_PARTS:  # one part per run would pile up: fold them
+            parts[kind], start = [], 0
         if len(d.values) > start:
             columns = {"value": pa.array(d.values[start:], pa.string())}
             if d.key is not None:
@@ -210,6 +213,11 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
     for relative in old_files | set(files.list(ROOT)):
         if relative not in keep and relative != f"{ROOT}/state.json":
             files.delete(relative)
+
+
+def forget(files) -> None:
+    """Drop the state: the next resolve codes the tables again, with fresh dictionaries."""
+    files.delete(f"{ROOT}/state.json")
 
 
 def _listed(state: ResolveState) -> list[str]:
