@@ -166,3 +166,15 @@ def test_dictionary_parts_are_folded_and_a_mostly_stale_state_is_dropped(tmp_pat
     assert details["linking"]["incremental"] is False
     assert (updated / "state" / "resolve" / "state.json").exists()
     _assert_equals_fresh(tmp_path, src, updated, others | {"y9": "Emil Novak thanked Farah Haddad."})
+
+
+def test_pairs_whose_names_cannot_reach_the_borderline_stay_settled():
+    from graphwright.stages.resolve.pair_cache import hopeless, settled_codes
+
+    cached = pa.table({"a": ["ann lee", "bo", "cy"], "b": ["ann leigh", "bob", "dan"], "name": [0.9, 0.5, 0.2],
+                       "score": [0.8, 0.4, 0.1]})
+    # score <= 0.7 * name + 0.3: only a name under 3/7 keeps a pair below 0.6 whatever its context
+    assert hopeless(cached, 0.6).column("a").to_pylist() == ["cy"]
+    keys = sorted({"ann lee", "ann leigh", "bo", "bob", "cy", "dan", "gone"} - {"gone"})
+    codes = settled_codes(hopeless(cached, 0.6), keys, 0.6)
+    assert codes.tolist() == [keys.index("cy") * len(keys) + keys.index("dan")]

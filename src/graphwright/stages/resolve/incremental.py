@@ -37,6 +37,7 @@ from graphwright.stages.resolve.rows import (
 from graphwright.stages.resolve.pair_cache import (
     candidates_from,
     candidates_table,
+    hopeless,
     memo_from,
     memo_table,
     settled_codes,
@@ -121,7 +122,16 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                 profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
             texts = [profiles[k].text for k in keys]
         fp = fingerprint_keys(keys, profiles, chunk_names, texts)
-        kept = valid_rows(st.derived.get("pairs") if cached else None, fp)
+        cache = st.derived.get("pairs") if cached else None
+        kept = valid_rows(cache, fp)
+        # pairs whose names keep them below the borderline whatever the context stay settled too
+        beyond = hopeless(cache, config.borderline_threshold)
+        if beyond is not None and kept is not None:
+            present = pa.array(keys, pa.string())
+            beyond = beyond.filter(pc.and_(pc.is_in(beyond.column("a"), value_set=present), pc.is_in(beyond.column("b"), value_set=present)))
+            have = pc.binary_join_element_wise(kept.column("a"), kept.column("b"), "\x1f")
+            other = pc.binary_join_element_wise(beyond.column("a"), beyond.column("b"), "\x1f")
+            kept = pa.concat_tables([kept, beyond.filter(pc.invert(pc.is_in(other, value_set=have)))])
         memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
         reused = len(memo)
         candidates = candidates_from(st.derived.get("candidates") if cached else None, keys)

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.stages.resolve.codes import text_hashes
-from graphwright.stages.resolve.scoring import PairEvidence
+from graphwright.stages.resolve.scoring import W_CONTEXT, W_NAME, PairEvidence
+from graphwright.util.numeric import unique
 
 _MASK = (1 << 63) - 1
 
@@ -58,15 +59,25 @@ def valid_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> pa.Table 
     return table.filter(pa.array(ok))
 
 
+def hopeless(table: pa.Table | None, below: float) -> pa.Table | None:
+    """The cached pairs whose names alone keep them under `below` whatever their context: the
+    score is W_NAME * name + W_CONTEXT * context with context at most 1, and the name score is a
+    function of the two keys only, so such a pair is settled for good."""
+    if table is None or not table.num_rows:
+        return None
+    return table.filter(pc.less(table.column("name"), (below - W_CONTEXT) / W_NAME - 1e-9))
+
+
 def settled_codes(table: pa.Table | None, keys: list[str], below: float) -> np.ndarray:
     """Sorted codes i * len(keys) + j (indices into the sorted keys) of the cached pairs scoring below `below`."""
     if table is None or not table.num_rows:
         return np.empty(0, np.int64)
     low = table.filter(pc.less(table.column("score"), below))
     values = pa.array(keys, pa.string())
-    i = np.asarray(pc.index_in(low.column("a"), value_set=values), dtype=np.int64)
-    j = np.asarray(pc.index_in(low.column("b"), value_set=values), dtype=np.int64)
-    return np.sort(i * len(keys) + j)
+    i = np.asarray(pc.fill_null(pc.index_in(low.column("a"), value_set=values), -1), dtype=np.int64)
+    j = np.asarray(pc.fill_null(pc.index_in(low.column("b"), value_set=values), -1), dtype=np.int64)
+    present = (i >= 0) & (j >= 0)
+    return unique(i[present] * len(keys) + j[present])
 
 
 def memo_from(table: pa.Table | None, at_least: float = float("-inf")) -> dict[tuple[str, str], PairEvidence]:
