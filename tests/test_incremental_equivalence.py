@@ -1,5 +1,6 @@
 """Property: updating an index to a new corpus state gives the same documents, chunks, entities,
-relationships and support sets as indexing that state from scratch (deterministic nlp extractor)."""
+aliases, relationships and support sets as indexing that state from scratch (deterministic nlp
+extractor); the update resolves incrementally (stages.resolve.incremental), the fresh build in full."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from graphwright.config import load_config
 from graphwright.pipeline.runner import run_index
 from graphwright.storage.delta import IndexStore
 
-PEOPLE = ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad", "Goran Petrov"]
+# with name variants that linking merges or keeps apart depending on the other documents
+# ('Scrooge' joins 'Ebenezer Scrooge' unless 'Fred Scrooge' makes it ambiguous), so that updates
+# change aliases and merges too
+PEOPLE = ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad", "Goran Petrov",
+          "Moreau", "Scrooge", "Ebenezer Scrooge", "Fred Scrooge"]
 PLACES = ["Port Elling", "Kestrel Island", "Greywater River", "Amberfield"]
 ORGS = ["Harbor Company", "Lantern Society"]
 VERBS = ["met", "wrote to", "argued with", "travelled with", "thanked"]

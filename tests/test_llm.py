@@ -220,17 +220,28 @@ def test_descriptions_over_budget_are_summarized_once_and_cached(server, tmp_pat
     assert all(len(e["description"]) <= 100 for e in entities.values())
     assert first["llm"]["prompt_tokens"] > 0
 
-    # a later run resolves again after a new document: unchanged rows are answered from the cache
+    # a later run after a new document asks the LLM only for rows whose inputs changed (resolve
+    # rebuilds only what can change; the rest keep their summaries)
     corpus = tmp_path / "corpus"
     shutil.copytree(CORPUS, corpus)
     first = run([corpus], tmp_path / "index2", config)
+    store2 = IndexStore(tmp_path / "index2")
+
+    def rows_without_descriptions():
+        out = {e["entity_id"]: e for e in store2.read("entities").to_pylist()}
+        out.update({r["relationship_id"]: r for r in store2.read("relationships").to_pylist()})
+        return {k: {c: v for c, v in r.items() if c != "description"} for k, r in out.items()}
+
+    earlier = rows_without_descriptions()
     before = len(server.requests)
-    (corpus / "extra.txt").write_text("Mara Voss met Tobias Reed at the harbour.")
+    (corpus / "extra.txt").write_text("Mara Voss met Tobias Reed at the harbour. " * 6)
     again = run([corpus], tmp_path / "index2", config)
-    resolve_calls = [c for c in IndexStore(tmp_path / "index2").read("llm_calls").to_pylist()
-                     if c["stage"] == "resolve" and c["run_id"] == again["run_id"]]
+    resolve_calls = [c for c in store2.read("llm_calls").to_pylist() if c["stage"] == "resolve" and c["run_id"] == again["run_id"]]
     hits = sum(c["cache_hit"] for c in resolve_calls)
-    assert hits > 0 and len(server.requests) - before == len(resolve_calls) - hits
+    changed = {k for k, r in rows_without_descriptions().items() if earlier.get(k) != r}
+    misses = {c["item_id"] for c in resolve_calls if not c["cache_hit"]}
+    assert misses and misses <= changed and len(resolve_calls) < len(earlier)
+    assert len(server.requests) - before == len(resolve_calls) - hits
 
 
 def test_gleaning_rounds_continue_the_conversation(server, tmp_path):

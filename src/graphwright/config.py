@@ -290,6 +290,19 @@ class PublishConfig(_Section):
     exports: list[Literal["graphrag", "lightrag"]] = []
 
 
+class MaintenanceConfig(_Section):
+    # Delta compaction and retention after a nightly run (graphwright.ops.maintenance), each every
+    # N-th nightly run (0: never); their cost is the run's "maintain" stage_metrics row
+    optimize_every: int = Field(7, ge=0)
+    vacuum_every: int = Field(7, ge=0)
+    keep_versions: int = Field(10, ge=1)  # published versions vacuum keeps readable
+    target_file_mb: int = Field(128, ge=1)
+    min_files: int = Field(8, ge=2)  # a table with fewer data files is not compacted
+    # mentions and assertions are left out: resolve codes a compacted one again in full
+    optimize_tables: list[str] = ["documents", "chunks", "extractions", "entities", "entity_aliases", "relationships",
+                                  "communities", "community_reports", "embeddings", "stage_metrics", "runs", "llm_calls"]
+
+
 class PipelineConfig(_Section):
     ingest: IngestConfig = IngestConfig()
     chunk: ChunkConfig = ChunkConfig()
@@ -304,13 +317,14 @@ class PipelineConfig(_Section):
     query: QueryConfig = QueryConfig()
     cost: CostConfig = CostConfig()
     publish: PublishConfig = PublishConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
 
     def config_hash(self) -> str:
         """Hash of the settings that decide what the index contains; `execution` (how and where
         it runs), `cost` (prices) and `publish` (which exports are written) are left out, so the
-        same input run elsewhere publishes nothing new. `llm.batch` (how batches are sent and
-        waited for) is left out too."""
-        exclude = {"execution": True, "cost": True, "publish": True, "llm": {"batch"}}
+        same input run elsewhere publishes nothing new; nor do `maintenance` (it changes no row)
+        and `llm.batch` (how batches are sent and waited for)."""
+        exclude = {"execution": True, "cost": True, "publish": True, "maintenance": True, "llm": {"batch"}}
         return hashlib.sha256(self.model_dump_json(exclude=exclude).encode()).hexdigest()[:16]
 
 

@@ -62,9 +62,30 @@ def _indexed(index: str, plot: str | None, **run_args) -> dict:
 
 def nightly(sources: list[str], index: str, config: PipelineConfig, plot: str | None = None) -> dict:
     """Incremental refresh: the sources are the whole corpus (what is gone from them is
-    deleted, within ingest.max_delete_fraction), then publish, then the cost report. A run that
-    ends waiting on LLM batches returns status `waiting`; the next night's run collects them."""
-    return _indexed(index, plot, sources=sources, config=config, mirror=True)
+    deleted, within ingest.max_delete_fraction), then publish, then Delta maintenance when it is
+    due (maintenance section), then the cost report. A run that ends waiting on LLM batches
+    returns status `waiting` (no maintenance); the next night's run collects them."""
+    from graphwright.pipeline.errors import WaitingOnBatch
+    from graphwright.pipeline.runner import run_index
+
+    try:
+        summary = run_index(sources, index, config, mirror=True, show_progress=False)
+    except WaitingOnBatch as exc:
+        return {"status": "waiting", "run": exc.summary, "cost": cost_summary(index, prices=config.cost)}
+    maintenance = run_maintenance(index, summary["run_id"], config)
+    return {"status": "succeeded", "run": summary, "maintenance": maintenance, "cost": cost_summary(index, plot, config.cost)}
+
+
+def run_maintenance(index: str, run_id: str, config: PipelineConfig) -> dict:
+    """Compaction and retention when the maintenance schedule says so, under the run lock; recorded
+    as the "maintain" stage of run `run_id`."""
+    from graphwright.ops.maintenance import maintain
+    from graphwright.pipeline.runner import new_run_id
+    from graphwright.storage.lock import run_lock
+
+    store = IndexStore(index)
+    with run_lock(store, new_run_id(), "maintain"):
+        return maintain(store, run_id, config.maintenance, config.cost, config.llm.model)
 
 
 def rebuild(sources: list[str], index: str, config: PipelineConfig, *, drop_llm_cache: bool = False,

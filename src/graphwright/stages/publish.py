@@ -14,6 +14,7 @@ from graphwright.engines.embed import model_name
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, manifests
+from graphwright.storage.patch import data_files
 
 
 def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_indexes: dict[str, str],
@@ -22,7 +23,7 @@ def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_index
     the sha256 of vector files written by this run; the others' come from earlier manifests, or
     are computed once (files published before digests were recorded)."""
     versions = {name: store.ensure(name).version() for name in DATA_TABLES}
-    counts = {name: store.count(name) for name in DATA_TABLES}
+    counts = {name: _rows(store, name) for name in DATA_TABLES}
     previous = manifests(store)
     latest = previous[-1] if previous else None
     digests = vector_digests(store, vector_indexes, previous, written or {})
@@ -56,6 +57,13 @@ def vector_digests(store: IndexStore, vector_indexes: dict[str, str], previous: 
     paths = [p for relative in vector_indexes.values() for p in (relative, ids_path(relative))]
     return {p: known[p] if p in known else file_digest(store.files, p) for p in sorted(paths)}
 
+
+def _rows(store: IndexStore, name: str) -> int:
+    """A table's rows from the record counts its Delta log keeps per file (no data file read)."""
+    files = data_files(store, name)
+    if any(n is None for _, n in files):
+        return store.count(name)
+    return sum(n for _, n in files)
 
 
 def execute(run, m: dict) -> dict:

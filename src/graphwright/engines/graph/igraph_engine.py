@@ -26,9 +26,13 @@ class IgraphEngine:
     batches_groups = True  # `partition` takes `groups`: one Leiden run per level of the hierarchy
 
     def partition(self, n: int, edges: np.ndarray, weights: np.ndarray, *, resolution: float, seed: int,
-                  n_iterations: int, initial: np.ndarray | None = None, groups: np.ndarray | None = None) -> np.ndarray:
+                  n_iterations: int, initial: np.ndarray | None = None, groups: np.ndarray | None = None,
+                  strength: np.ndarray | None = None, total: float | None = None) -> np.ndarray:
         """Labels per node. With `groups` (a graph label per node; `edges` only join nodes of one
-        graph) every graph is partitioned by its own modularity, all in one Leiden run."""
+        graph) every graph is partitioned by its own modularity, all in one Leiden run. With
+        `strength` and `total` (each node's weighted degree in a larger graph, and that graph's
+        2m), the nodes are partitioned by the larger graph's modularity, as if every node outside
+        stayed where it is (CPM with node weights k_i / sqrt(2m))."""
         import igraph as ig
 
         graph = igraph_graph(n, edges)
@@ -36,12 +40,14 @@ class IgraphEngine:
         random.seed(seed)
         options = {"edge_weights": np.asarray(weights, dtype=np.float64).tolist(), "n_iterations": n_iterations,
                    "initial_membership": None if initial is None else initial.tolist(), "beta": 0.01}
-        if groups is not None:
+        if strength is not None:
+            options["node_weights"] = (np.asarray(strength, dtype=np.float64) / np.sqrt(max(total or 0.0, 1e-300))).tolist()
+        elif groups is not None:
             node_weights = group_node_weights(n, np.asarray(edges, dtype=np.int64).reshape(-1, 2),
                                               np.asarray(weights, dtype=np.float64), groups)
             options["node_weights"] = node_weights.tolist()
         # GraphBase's method, not Graph.community_leiden: that wraps the labels in a VertexClustering,
         # 0.2 s of Python per million nodes spent on a max() this engine does not need
         membership, _ = ig.GraphBase.community_leiden(graph, resolution=resolution,
-                                                      normalize_resolution=groups is None, **options)
+                                                      normalize_resolution=groups is None and strength is None, **options)
         return np.asarray(membership, dtype=np.int64)

@@ -10,31 +10,55 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.pipeline.stage import Stage, Where
-from graphwright.stages.cluster.communities import ChunkLists, cluster_parts, graph_hash
+from graphwright.engines.graph import make_engine
+from graphwright.stages.cluster.communities import ChunkLists, cluster_parts
+from graphwright.stages.cluster.incremental import graph_digest, graph_sum
+from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, save_state
+from graphwright.stages.resolve.pair_cache import stable_hashes
+from graphwright.storage.memo import StageMemo
 
 
 def execute(run, m: dict) -> dict:
     store = run.store
-    entities = store.read("entities", columns=["entity_id"])
-    relationships = store.read("relationships", columns=["relationship_id", "source_id", "target_id", "weight"])
-    previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
-    hashed = graph_hash(entities, relationships)
-    unchanged = previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed
-    if unchanged:  # same graph: keep the communities (a warm-started Leiden could still move nodes)
-        diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
-    else:
-        usage = {"worker_cpu_s": 0.0}
-        chunks = ChunkLists.scan(store.scanner("entities")(["entity_id", "chunk_ids"]),
-                                 sorted(entities.column("entity_id").to_pylist()),
-                                 store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
-        parts = cluster_parts(entities, relationships, run.config.cluster, previous=previous,
-                              workers=run.config.execution.driver_processes or os.cpu_count() or 1,
-                              usage=usage, hashed=hashed, chunks=chunks)
-        diff = store.replace_parts_if_changed("communities", parts)
-        m.update(usage)
+    memo = StageMemo(store, "cluster", ("entities", "relationships", "chunks"), ("communities",),
+                     run.config.cluster.model_dump_json())
+    if (last := memo.unchanged()) is not None:  # the graph was not written since it was clustered
+        per_level = {int(k): v for k, v in last.get("per_level", {}).items()}
+        m.update(rows_in=0, rows_out=0, engine=run.config.cluster.engine, per_level=per_level, skipped=True,
+                 work_unit="graph", work_done=0, work_total=1)
+        return {"per_level": per_level, "changes": {"added": 0, "removed": 0, "changed": 0, "unchanged": sum(per_level.values())}}
+    result = _cluster(run, m)
+    memo.record({"per_level": result["per_level"]})
+    return result
+
+
+def _cluster(run, m: dict) -> dict:
+    store, cfg = run.store, run.config.cluster
+    usage = {"worker_cpu_s": 0.0}
+    workers = run.config.execution.driver_processes or os.cpu_count() or 1
+    engine = make_engine(cfg.engine)
+    graph = current_graph(store)
+    entity_ids, edges, weights, relationships = graph
+    incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
+    diff = cluster_update(store, cfg, engine, workers, usage, graph) if incremental else None
+    if diff is None:  # no state to start from: the whole hierarchy, warm-started from the table
+        total = graph_sum(stable_hashes(entity_ids), edges, weights)
+        previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
+        hashed = graph_digest(total)
+        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed:
+            diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
+        else:
+            entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
+            chunks = ChunkLists.scan(store.scanner("entities")(["entity_id", "chunk_ids"]), entity_ids,
+                                     store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
+            parts = cluster_parts(entities, relationships, cfg, engine=engine, previous=previous, workers=workers,
+                                  usage=usage, hashed=hashed, chunks=chunks)
+            diff = store.replace_parts_if_changed("communities", parts)
+        save_state(store, entity_ids, edges, weights, chunk_digests(store, entity_ids), total)
+    m.update(usage)
     per_level = _per_level(store.read("communities", columns=["level"]))
-    m.update(rows_in=entities.num_rows, rows_out=sum(per_level.values()), engine=run.config.cluster.engine,
-             per_level=per_level, changes=diff, work_unit="graph", work_done=0 if unchanged else 1, work_total=1)
+    m.update(rows_in=len(entity_ids), rows_out=sum(per_level.values()), engine=cfg.engine, incremental=incremental and "rebuilt" in diff,
+             per_level=per_level, changes=diff, work_unit="graph", work_done=1, work_total=1)
     return {"per_level": per_level, "changes": diff}
 
 

@@ -167,6 +167,12 @@ def hierarchical_leiden(n: int, edges: np.ndarray, weights: np.ndarray, config: 
     depth-first, each community followed by its descendants."""
     with _pool(workers, len(edges)) as pool:
         levels = _levels(n, edges, weights, config, engine, initial, pool, usage)
+    return listing(levels)
+
+
+def listing(levels: list[list[tuple[np.ndarray, int | None]]]) -> list[Community]:
+    """The communities of `levels` (per level: members, index of the parent in the level above)
+    depth-first, each community followed by its descendants."""
     if not levels:
         return []
     # each community's path of indices from its level-0 ancestor (-1 below its own level):

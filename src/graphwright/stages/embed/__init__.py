@@ -14,17 +14,45 @@ from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.memo import StageMemo
 
 ENTITY_TEXT_CHARS = 600
 
 
 def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config
+    reads = ("entities", "chunks", "community_reports") + (("relationships",) if cfg.embed.relationships else ())
+    memo = StageMemo(store, "embed", reads, ("embeddings",), cfg.embed.model_dump_json() + cfg.vectors.model_dump_json())
+    last = memo.unchanged()
+    if last and all(store.files.exists(f) for f in last["vector_indexes"].values() if f):
+        counts = {k: {"embedded": 0, "reused": c["embedded"] + c["reused"], "removed": 0} for k, c in last["counts"].items()}
+        m.update(rows_in=0, rows_out=0, skipped=True, work_unit="items", work_done=0,
+                 work_total=sum(c["reused"] for c in counts.values()))
+        return {"vector_indexes": last["vector_indexes"], "counts": counts}
+    result = _embed(run, m)
+    memo.record(result)
+    return result
+
+
+def _embed(run, m: dict) -> dict:
+    store, cfg = run.store, run.config
     model = model_name(cfg.embed)
     counts, todo_parts = {}, []
     for kind, items in _embedding_inputs(store, cfg.embed.relationships).items():
-        items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
         have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
+        if kind == "chunk":  # a chunk's id derives from its text: only new ids need their text read and hashed
+            ids_ = items.column("item_id")
+            kept = have.filter(pc.is_in(have.column("item_id"), value_set=ids_))
+            fresh = ids_.filter(pc.invert(pc.is_in(ids_, value_set=have.column("item_id"))))
+            new = store.rows_in("chunks", "chunk_id", fresh.to_pylist(), ["chunk_id", "text"])
+            items = pa.table({
+                "item_id": pa.concat_arrays([kept.column("item_id").combine_chunks(), new.column("chunk_id").combine_chunks()]),
+                "text": pa.concat_arrays([pa.nulls(kept.num_rows, pa.string()), new.column("text").combine_chunks()]),
+                "text_hash": pa.concat_arrays([kept.column("text_hash").combine_chunks(),
+                                               _text_hashes(model, new.column("text")).combine_chunks()]),
+            })
+        else:
+            items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
         current, existing = _pair_keys(items, "item_id", "text_hash"), _pair_keys(have, "item_id", "text_hash")
         stale = pc.unique(have.column("item_id").filter(pc.invert(pc.is_in(existing, value_set=current)))).to_pylist()
         if stale:
@@ -77,13 +105,13 @@ def _embedded(run, todo: pa.Table):
 
 def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:
     ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
-    chunks = store.read("chunks", columns=["chunk_id", "text"])
+    chunks = store.read("chunks", columns=["chunk_id"])
     reports = store.read("community_reports", columns=["community_id", "full_content"])
     # the model reads 256 word-pieces at most; a longer description would only cost time
     entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
     inputs = {
         "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
-        "chunk": pa.table({"item_id": chunks.column("chunk_id"), "text": chunks.column("text")}),
+        "chunk": pa.table({"item_id": chunks.column("chunk_id")}),  # texts only of new chunks (_embed)
         "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
     }
     if embed_relationships:  # for the query's relation-level (LightRAG "high") search

@@ -6,6 +6,7 @@ its inputs changed."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.pipeline.errors import TooManyReportFailures
 from graphwright.pipeline.stage import Stage, Where
@@ -18,10 +19,19 @@ from graphwright.stages.report.llm_reports import (
 )
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.diff import row_digests
+from graphwright.storage.memo import StageMemo
+from graphwright.storage.patch import patch_table
 
 
 def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config.report
+    memo = StageMemo(store, "report", ("communities", "entities", "relationships"), ("community_reports",),
+                     cfg.model_dump_json()) if cfg.mode == "extractive" else None
+    if memo is not None and (last := memo.unchanged()) is not None:  # no input written since the reports were
+        m.update(rows_in=0, rows_out=0, skipped=True, **last, work_unit="reports", work_done=0,
+                 work_total=last.get("reused", 0) + last.get("built", 0))
+        return {**last, "reused": last.get("reused", 0) + last.get("built", 0), "built": 0}
     previous = store.read("community_reports")
     if cfg.mode == "extractive":
         communities = _communities_without_chunk_lists(store)
@@ -29,9 +39,10 @@ def execute(run, m: dict) -> dict:
             communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
             _relationships_without_descriptions(store), cfg, previous,
             descriptions=lambda ids_: store.rows_in("relationships", "relationship_id", ids_, ["relationship_id", "description"]))
-        store.replace_if_changed("community_reports", reports)
+        stats["written"] = _write_changed(store, previous, reports)
         m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
+        memo.record(stats)
         return stats
     run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
     communities = _communities_without_chunk_lists(store)
@@ -64,6 +75,20 @@ def execute(run, m: dict) -> dict:
              lookup_s=round(llm_reports.lookup_stats.get("lookup_s", 0.0), 3),
              work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
     return stats
+
+
+def _write_changed(store: IndexStore, previous: pa.Table, reports: pa.Table) -> dict:
+    """Write only the reports that differ from the stored ones (row digests; a few thousand rows),
+    and remove those of communities that are gone: the table's files that hold neither stay."""
+    key = tuple(contracts.schema("community_reports").primary_key)
+    reports = contracts.schema("community_reports").validate(reports)
+    old = row_digests(previous.select(reports.schema.names), key)
+    new = row_digests(reports, key)
+    changed = pc.invert(pc.is_in(new.column("__digest"), value_set=old.column("__digest")))
+    removed = pc.filter(old.column("community_id"), pc.invert(pc.is_in(old.column("community_id"), value_set=new.column("community_id"))))
+    if not store.exists("community_reports") or pc.any(changed).as_py() or len(removed):
+        return patch_table(store, "community_reports", removed, [reports.filter(changed)])
+    return {"rows_added": 0, "rows_removed": 0}
 
 
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:

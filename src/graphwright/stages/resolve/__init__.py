@@ -8,36 +8,39 @@ import pyarrow as pa
 
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.extract.extractors import extractor_key
-from graphwright.stages.resolve.core import resolve_parts
+from graphwright.stages.resolve.incremental import resolve_update
+from graphwright.storage.patch import patch_table
 
 
 def execute(run, m: dict) -> dict:
     store = run.store
     key = extractor_key(run.config.extract, run.config.llm)
-    where = f"extractor = '{key}'"
-    mentions, assertions = store.scanner("mentions", where=where), store.scanner("assertions", where=where)
-    n_mentions, n_assertions = store.count("mentions", where=where), store.count("assertions", where=where)
-    chunks = store.read("chunks", columns=["chunk_id", "doc_id", "chunk_index"])
-    docs = store.read("documents", columns=["doc_id", "source_key"])
-    source_key = dict(zip(docs.column("doc_id").to_pylist(), docs.column("source_key").to_pylist()))
-    positions = {c: (source_key.get(d, ""), i) for c, d, i in zip(*(chunks.column(x).to_pylist() for x in ("chunk_id", "doc_id", "chunk_index")))}
     overflow: dict | None = {} if run.config.resolve.summarize else None
     linking: dict = {}
-    resolved = resolve_parts(mentions, assertions, run.config.resolve, positions, overflow,
-                             embed=_embedder(run), adjudicate=_adjudicator(run), stats=linking)
-    del positions, chunks, source_key
-    entities = _summarize_descriptions(run, overflow, resolved.entities, "entities", "entity_id")
+    update = resolve_update(store, run.config.resolve, key, run.run_id, embed=_embedder(run), adjudicate=_adjudicator(run),
+                            overflow=overflow, link_stats=linking)
+    entities = _summarize_descriptions(run, overflow, update.entities, "entities", "entity_id")
 
     def relationship_parts():  # each part's overflow is summarized before the part is written
-        for part in resolved.relationship_parts:
+        for part in update.relationship_parts:
             yield _summarize_descriptions(run, overflow, part, "relationships", "relationship_id")
 
-    diffs = {"entities": store.replace_if_changed("entities", entities),
-             "entity_aliases": store.replace_if_changed("entity_aliases", resolved.aliases),
-             "relationships": store.replace_parts_if_changed("relationships", relationship_parts())}
-    m.update(rows_in=n_mentions + n_assertions, rows_out=entities.num_rows + resolved.relationships,
-             entities=entities.num_rows, relationships=resolved.relationships, aliases=resolved.aliases.num_rows,
-             changes=diffs, linking=linking, work_unit="mentions", work_done=n_mentions, work_total=n_mentions)
+    if update.stats.get("unchanged"):  # neither the input tables nor the outputs moved since the last resolve
+        diffs = {t: {"unchanged": True} for t in ("entities", "entity_aliases", "relationships")}
+    elif update.patch:  # only the rows the update touched are written, into new files
+        diffs = {"entities": patch_table(store, "entities", update.removed_entities, [entities]),
+                 "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
+                 "relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts())}
+    else:
+        diffs = {"entities": store.replace_if_changed("entities", entities),
+                 "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
+                 "relationships": store.replace_parts_if_changed("relationships", relationship_parts())}
+    update.finish(store)
+    m.update(rows_in=update.stats["mentions_changed"] + update.stats["assertions_changed"], rows_out=entities.num_rows + update.stats["relationships_rebuilt"],
+             entities=update.n_entities, relationships=update.n_relationships, aliases=update.aliases.num_rows,
+             changes=diffs, linking=linking, work_unit="mentions",
+             work_done=update.stats["mentions_changed"] if update.stats.get("incremental") else update.stats["mentions_total"],
+             work_total=update.stats.get("mentions_total", 0))
     return diffs
 
 

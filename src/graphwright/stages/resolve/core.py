@@ -250,10 +250,11 @@ class _Parts:
         return np.concatenate([np.empty(0, np.int64)] + [self.plan(p)[2].needed() for p in range(len(self))])
 
 
-def _relationship_parts(scan: Scan, a: dict[str, np.ndarray], parts: _Parts, ends: _Endpoints, chunk_names: pa.Array,
+def _relationship_parts(scan: Scan | Callable, a: dict[str, np.ndarray], parts: _Parts, ends: _Endpoints, chunk_names: pa.Array,
                         doc_names: pa.Array, overflow: dict | None) -> Iterator[pa.Table]:
-    """The relationships table a part at a time; a part covers consecutive relationships."""
-    texts = fetch_texts(scan, parts.needed())
+    """The relationships table a part at a time; a part covers consecutive relationships.
+    `scan`: the assertions, or a function from the needed description hashes to their Texts."""
+    texts = scan(parts.needed()) if getattr(scan, "fetches_texts", False) else fetch_texts(scan, parts.needed())
     memory.release()
     for p in range(len(parts)):
         sel, local, rel_plan = parts.plan(p)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright.stages.resolve.codes import Scan
+from graphwright.stages.resolve.codes import Scan, text_hashes
 from graphwright.util.numeric import to_numpy, unique
 
 
@@ -57,7 +57,7 @@ def fetch_texts(scan: Scan, wanted: np.ndarray) -> Texts:
     wanted = unique(wanted) if len(wanted) else wanted
     for batch in scan(["description"]) if len(wanted) else ():
         distinct = batch.column("description").dictionary_encode().dictionary
-        hashes = np.array([hash(t) for t in distinct.to_pylist()], dtype=np.int64)
+        hashes = text_hashes(distinct.to_pylist())
         found = wanted[np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)] == hashes  # (np.isin re-sorts `wanted` per batch)
         if found.any():
             found_hashes.append(hashes[found])

@@ -18,15 +18,35 @@ Adjudicator = Callable[[list[tuple[PairEvidence, KeyProfile, KeyProfile]]], dict
 
 def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
               embed: Callable[[list[str]], np.ndarray] | None = None,
-              adjudicate: Adjudicator | None = None) -> tuple[dict[str, str], dict, dict]:
-    """({key: cluster label}, {(a, b): (evidence, how)} for accepted pairs, stats)."""
+              adjudicate: Adjudicator | None = None, memo: dict | None = None,
+              candidates: dict[str, set[tuple[int, int]]] | None = None,
+              settled: np.ndarray | None = None) -> tuple[dict[str, str], dict, dict]:
+    """({key: cluster label}, {(a, b): (evidence, how)} for accepted pairs, stats). `memo`:
+    {(a, b): evidence} of pairs whose profiles did not change since they were scored, filled with
+    every pair scored here. `candidates`: the candidate pairs of these keys if known (without
+    embeddings they depend on the keys alone), else an empty dict that is filled with them.
+    `settled`: sorted codes i * len(keys) + j of candidate pairs known to score below the
+    borderline threshold (their profiles did not change), which are not scored again."""
     keys = sorted(profiles)
     vectors = embed([profiles[k].text for k in keys]) if embed is not None and keys else None
     scorer = PairScorer(profiles, dict(zip(keys, vectors)) if vectors is not None else None)
-    generated = candidate_pairs(keys, config, vectors)
+    if memo is not None:
+        memo.update(scorer._memo)
+        scorer._memo = memo
+    if candidates and vectors is None:
+        generated = candidates
+    else:
+        generated = candidate_pairs(keys, config, vectors)
+        if candidates is not None:
+            candidates.update(generated)
     pairs = sorted(set().union(*generated.values()))
+    to_score = pairs
+    if settled is not None and len(settled) and pairs:
+        codes = np.array([i * len(keys) + j for i, j in pairs], dtype=np.int64)
+        at = np.minimum(np.searchsorted(settled, codes), len(settled) - 1)
+        to_score = [p for p, done in zip(pairs, (settled[at] == codes).tolist()) if not done]
     accepted, borderline, contained_pairs = {}, [], []
-    for i, j in pairs:
+    for i, j in to_score:
         e = scorer(keys[i], keys[j])
         if e.contained and e.score >= config.borderline_threshold:
             contained_pairs.append(e)

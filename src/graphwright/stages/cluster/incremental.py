@@ -1,0 +1,205 @@
+"""Cluster an update where the graph changed, and only there (plain functions).
+
+The previous run's graph is kept (state/cluster): diffed with the current one, it gives the edges
+that changed (added, removed, or reweighted) and the entities they touch. Then, level by level:
+- level 0: the top-level communities holding a touched entity are partitioned again, warm-started,
+  together with new entities, by the whole graph's modularity (every other node stays where it
+  is: CPM with node weights k_i / sqrt(2m), engines.graph.igraph_engine); the other top-level
+  communities keep their members;
+- below: a community whose members and internal edges are what they were keeps its whole
+  subtree; the others are split as a full run splits them, warm-started.
+So membership changes stay inside the touched communities and their descendants (their ancestors
+are the level-0 communities that hold them). Rows are rebuilt only for communities whose id,
+parent, children, internal relationships or members' chunks changed; the rest are kept unread.
+The graph hash is a sum of per-item hashes, updated from the changed edges and entities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.config import ClusterConfig
+from graphwright.engines.graph.graphs import dense_labels
+from graphwright.stages.cluster.hierarchy import _relabel, partition_groups
+from graphwright.stages.resolve.pair_cache import mix, set_hashes
+from graphwright.util.numeric import to_numpy
+
+
+def graph_sum(node_hash: np.ndarray, edges: np.ndarray, weights: np.ndarray) -> int:
+    """An order-free hash of a weighted graph (entities by their id hashes, edges by their ends and
+    weight): a sum, so that an update adds the hashes of what it added and subtracts the rest."""
+    ends = node_hash[edges] if len(edges) else np.empty((0, 2), np.int64)
+    items = np.concatenate([mix(node_hash), mix(np.minimum(ends[:, 0], ends[:, 1]), np.maximum(ends[:, 0], ends[:, 1]),
+                                                   np.asarray(weights, np.float64).view(np.int64))])
+    with np.errstate(over="ignore"):
+        return int(np.sum(items.astype(np.uint64), dtype=np.uint64))
+
+
+def graph_digest(total: int) -> str:
+    return f"{total & ((1 << 64) - 1):016x}"
+
+
+def graph_changes(old_ids: pa.Array, old_edges: np.ndarray, old_weights: np.ndarray, entity_ids: list[str],
+                  edges: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(touched node mask, the current edges that are new or reweighted, the previous edges that are
+    gone or reweighted, as positions into their arrays, the new nodes mask) between two graphs."""
+    n = len(entity_ids)
+    where = to_numpy(pc.fill_null(pc.index_in(old_ids, value_set=pa.array(entity_ids, pa.string())), -1), np.int64)
+    moved = where[old_edges] if len(old_edges) else np.empty((0, 2), np.int64)
+    lost = (moved < 0).any(axis=1) if len(moved) else np.zeros(0, bool)
+    width = max(n, 1)
+    old_code = np.where(lost, -1, np.minimum(moved[:, 0], moved[:, 1]) * width + np.maximum(moved[:, 0], moved[:, 1])) if len(moved) else np.empty(0, np.int64)
+    new_code = np.minimum(edges[:, 0], edges[:, 1]) * width + np.maximum(edges[:, 0], edges[:, 1]) if len(edges) else np.empty(0, np.int64)
+    order_old, order_new = np.argsort(old_code), np.argsort(new_code)
+    at = np.searchsorted(old_code[order_old], new_code)
+    at_c = np.minimum(at, max(len(old_code) - 1, 0))
+    match = (old_code[order_old][at_c] == new_code) if len(old_code) else np.zeros(len(new_code), bool)
+    same = match.copy()
+    same[match] = old_weights[order_old][at_c[match]] == weights[match]
+    changed_new = np.flatnonzero(~same)
+    at = np.searchsorted(new_code[order_new], old_code)
+    at_c = np.minimum(at, max(len(new_code) - 1, 0))
+    match = (new_code[order_new][at_c] == old_code) & ~lost if len(new_code) else np.zeros(len(old_code), bool)
+    same_old = match.copy()
+    same_old[match] = weights[order_new][at_c[match]] == old_weights[match]
+    changed_old = np.flatnonzero(~same_old)
+    touched = np.zeros(n, dtype=bool)
+    touched[edges[changed_new].reshape(-1)] = True
+    ends = moved[changed_old].reshape(-1)
+    touched[ends[ends >= 0]] = True
+    new_nodes = np.ones(n, dtype=bool)
+    new_nodes[where[where >= 0]] = False
+    touched |= new_nodes
+    return touched, changed_new, changed_old, new_nodes
+
+
+def previous_levels(previous: pa.Table, entity_ids: list[str]) -> list[list[tuple[np.ndarray, int | None, str]]]:
+    """The previous hierarchy in current node positions: per level, (members, parent index, id);
+    entities that left are dropped from their communities."""
+    position = pa.array(entity_ids, pa.string())
+    levels: list[list] = []
+    index_of: dict[str, tuple[int, int]] = {}
+    rows = previous.sort_by([("level", "ascending"), ("community_id", "ascending")])
+    members = rows.column("entity_ids").combine_chunks()
+    flat = to_numpy(pc.fill_null(pc.index_in(pc.list_flatten(members), value_set=position), -1), np.int64)
+    offsets = to_numpy(members.offsets, np.int64)
+    for r, (cid, level, parent) in enumerate(zip(*(rows.column(c).to_pylist() for c in ("community_id", "level", "parent_id")))):
+        while len(levels) <= level:
+            levels.append([])
+        m = flat[offsets[r]:offsets[r + 1]]
+        index_of[cid] = (level, len(levels[level]))
+        levels[level].append((np.sort(m[m >= 0]), parent, cid))
+    return [[(m, None if p is None else index_of[p][1], cid) for m, p, cid in level] for level in levels]
+
+
+def member_hashes(groups: list[np.ndarray], node_hash: np.ndarray) -> np.ndarray:
+    owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups]) if groups else np.empty(0, np.int64)
+    items = np.concatenate(groups) if groups else np.empty(0, np.int64)
+    return set_hashes(owner, node_hash[items], len(groups)) ^ np.array([len(g) for g in groups], dtype=np.int64)
+
+
+def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine, prev: list,
+                       touched: np.ndarray, node_hash: np.ndarray, pool=None,
+                       usage: dict | None = None) -> tuple[list[list[tuple[np.ndarray, int | None]]], dict]:
+    """The hierarchy's levels (as hierarchy._levels gives them) re-partitioned only where the graph
+    changed (module docstring): `touched` marks the ends of every changed edge and new nodes."""
+    options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
+    strength = np.bincount(edges[:, 0], weights, n) + np.bincount(edges[:, 1], weights, n) if len(edges) else np.zeros(n)
+    stats = {"top_communities_kept": 0, "top_communities_repartitioned": 0, "subtrees_reused": 0, "splits": 0}
+    prev0 = prev[0] if prev else []
+    free = touched.copy()
+    kept0 = []
+    for members, _, _ in prev0:
+        if len(members) and touched[members].any():
+            free[members] = True
+            stats["top_communities_repartitioned"] += 1
+        elif len(members):
+            kept0.append(members)
+    stats["top_communities_kept"] = len(kept0)
+    top = list(kept0)
+    nodes = np.flatnonzero(free)
+    if len(nodes):
+        local = np.full(n, -1, dtype=np.int64)
+        local[nodes] = np.arange(len(nodes))
+        inside = (local[edges[:, 0]] >= 0) & (local[edges[:, 1]] >= 0) if len(edges) else np.zeros(0, bool)
+        start = np.arange(n, 2 * n, dtype=np.int64)  # new nodes alone
+        for k, (members, _, _) in enumerate(prev0):
+            start[members] = k
+        initial = dense_labels(start[nodes])
+        labels = engine.partition(len(nodes), local[edges[inside]], weights[inside], seed=config.seed, initial=initial,
+                                  strength=strength[nodes], total=float(strength.sum()), **options)
+        top.extend(nodes[g] for g in _relabel(labels))
+    top.sort(key=lambda m: int(m[0]))
+    levels: list[list[tuple[np.ndarray, int | None]]] = [[(m, None) for m in top]]
+    # a community is "as it was" if a previous community at its level has its members and none of
+    # them is touched (every changed edge touched both its ends): its previous children are its children
+    prev_by_hash = [dict(zip(member_hashes([m for m, _, _ in level], node_hash).tolist(), range(len(level)))) for level in prev]
+    as_was = _as_was(levels[0], 0, prev_by_hash, node_hash, touched)
+    while len(levels) < config.max_levels:
+        level = len(levels)
+        parents = levels[-1]
+        split = [i for i, (members, _) in enumerate(parents) if len(members) > config.max_cluster_size]
+        if not split:
+            break
+        children: list[tuple[np.ndarray, int]] = []
+        redo = []
+        kids_of: dict[int, list[np.ndarray]] = {}
+        for m, p, _ in prev[level] if level < len(prev) else ():
+            kids_of.setdefault(p, []).append(m)
+        for i in split:
+            j = as_was[i]
+            if j is not None:
+                mine = kids_of.get(j, [])
+                if len(mine) >= 2:  # the same community, unchanged inside: its previous split stands
+                    children.extend((m, i) for m in mine)
+                    stats["subtrees_reused"] += 1
+                    continue
+                if not mine:  # a leaf Leiden could not split before stays one
+                    continue
+            redo.append(i)
+        if redo:
+            stats["splits"] += len(redo)
+            children.extend(_split(n, edges, weights, parents, redo, config, engine, prev, level, pool, usage, options))
+        children.sort(key=lambda c: (c[1], int(c[0][0])))
+        if not children:
+            break
+        levels.append(children)
+        as_was = _as_was(children, level, prev_by_hash, node_hash, touched)
+    return levels, stats
+
+
+def _as_was(communities, level: int, prev_by_hash: list[dict], node_hash, touched) -> list[int | None]:
+    """Per community, the index of the previous community at `level` it is identical to (same
+    members, none of them touched by a changed edge), else None."""
+    if level >= len(prev_by_hash):
+        return [None] * len(communities)
+    hashes = member_hashes([m for m, _ in communities], node_hash).tolist()
+    return [None if touched[m].any() else prev_by_hash[level].get(h) for (m, _), h in zip(communities, hashes)]
+
+
+def _split(n, edges, weights, parents, redo, config: ClusterConfig, engine, prev, level, pool, usage, options):
+    """Children of the communities `redo` (indices into `parents`), as hierarchy._levels splits a
+    level, warm-started from the previous level's labels."""
+    group_of = np.full(n, -1, dtype=np.int64)
+    for g, i in enumerate(redo):
+        group_of[parents[i][0]] = g
+    nodes = np.flatnonzero(group_of >= 0)
+    groups = group_of[nodes]
+    ends = group_of[edges] if len(edges) else np.empty((0, 2), np.int64)
+    keep = (ends[:, 0] >= 0) & (ends[:, 0] == ends[:, 1]) if len(edges) else np.zeros(0, bool)
+    local = np.full(n, -1, dtype=np.int64)
+    local[nodes] = np.arange(len(nodes))
+    initial = None
+    if level < len(prev):
+        start = np.arange(n, 2 * n, dtype=np.int64)
+        for k, (m, _, _) in enumerate(prev[level]):
+            start[m] = k
+        initial = dense_labels(start[nodes], groups)
+    membership = partition_groups(engine, len(nodes), local[edges[keep]], weights[keep], groups, seed=config.seed + level,
+                                  initial=initial, pool=pool, usage=usage, **options)
+    kids = _relabel(membership)
+    parent_of = groups[[c[0] for c in kids]]
+    count = np.bincount(parent_of, minlength=len(redo))
+    return [(nodes[c], redo[p]) for c, p in zip(kids, parent_of.tolist()) if count[p] >= 2]
+

@@ -1,0 +1,127 @@
+"""Linking's memory between runs: each key's profile fingerprint, the evidence of every pair
+scored, and the candidate pairs of the key set. A pair whose two profiles kept their fingerprints
+scores as it did (a score is a function of the two profiles), so an update scores only the pairs
+with a changed key; candidates (without embeddings a function of the keys alone) are generated
+again only when the key set changed."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.stages.resolve.codes import text_hashes
+from graphwright.stages.resolve.scoring import W_CONTEXT, W_NAME, PairEvidence
+from graphwright.util.numeric import unique
+
+_MASK = (1 << 63) - 1
+
+
+def stable_hashes(values: list[str]) -> np.ndarray:
+    """A 63-bit hash per string that is the same in every process (Python's `hash` is not)."""
+    return text_hashes(values) & np.int64(_MASK)
+
+
+def mix(*columns: np.ndarray) -> np.ndarray:
+    """Combine int64 columns into one hash per row (wrapping arithmetic, order-sensitive)."""
+    out = np.zeros(len(columns[0]), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for c in columns:
+            out = (out * np.uint64(0x9E3779B97F4A7C15)) ^ c.astype(np.uint64)
+            out ^= out >> np.uint64(29)
+    return (out & np.uint64(_MASK)).astype(np.int64)
+
+
+def set_hashes(owner: np.ndarray, item_hash: np.ndarray, n: int) -> np.ndarray:
+    """Per owner 0..n-1, an order-free hash of the set of items it holds (distinct pairs given)."""
+    with np.errstate(over="ignore"):
+        mixed = mix(item_hash).astype(np.uint64)
+        out = np.zeros(n, dtype=np.uint64)
+        np.add.at(out, owner, mixed)
+    return out.astype(np.int64)
+
+
+EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")
+
+
+def valid_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> pa.Table | None:
+    """The cached rows whose two keys still have the fingerprints they were scored with."""
+    if table is None or not table.num_rows:
+        return None
+    keys = pa.array(list(fingerprint), pa.string())
+    now = np.r_[np.array(list(fingerprint.values()), dtype=np.int64), 0]
+    ok = np.ones(table.num_rows, dtype=bool)
+    for side, stored in (("a", "fa"), ("b", "fb")):
+        at = np.asarray(pc.fill_null(pc.index_in(table.column(side), value_set=keys), len(keys)), dtype=np.int64)
+        ok &= (at < len(keys)) & (now[at] == np.asarray(table.column(stored), dtype=np.int64))
+    return table.filter(pa.array(ok))
+
+
+def hopeless(table: pa.Table | None, below: float) -> pa.Table | None:
+    """The cached pairs whose names alone keep them under `below` whatever their context: the
+    score is W_NAME * name + W_CONTEXT * context with context at most 1, and the name score is a
+    function of the two keys only, so such a pair is settled for good."""
+    if table is None or not table.num_rows:
+        return None
+    return table.filter(pc.less(table.column("name"), (below - W_CONTEXT) / W_NAME - 1e-9))
+
+
+def settled_codes(table: pa.Table | None, keys: list[str], below: float) -> np.ndarray:
+    """Sorted codes i * len(keys) + j (indices into the sorted keys) of the cached pairs scoring below `below`."""
+    if table is None or not table.num_rows:
+        return np.empty(0, np.int64)
+    low = table.filter(pc.less(table.column("score"), below))
+    values = pa.array(keys, pa.string())
+    i = np.asarray(pc.fill_null(pc.index_in(low.column("a"), value_set=values), -1), dtype=np.int64)
+    j = np.asarray(pc.fill_null(pc.index_in(low.column("b"), value_set=values), -1), dtype=np.int64)
+    present = (i >= 0) & (j >= 0)
+    return unique(i[present] * len(keys) + j[present])
+
+
+def memo_from(table: pa.Table | None, at_least: float = float("-inf")) -> dict[tuple[str, str], PairEvidence]:
+    """The evidence of valid_rows(...) scoring at least `at_least`, as the scorer's memo."""
+    if table is None or not table.num_rows:
+        return {}
+    table = table.filter(pc.greater_equal(table.column("score"), at_least))
+    columns = [table.column(c).to_pylist() for c in ("a", "b", *EVIDENCE)]
+    return {(a, b): PairEvidence(a, b, *rest) for a, b, *rest in zip(*columns)}
+
+
+def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str, int], kept: pa.Table | None = None) -> pa.Table:
+    """The cache to keep: `kept` (the valid cached rows) and the pairs of `memo` not among them."""
+    have = set() if kept is None else set(zip(kept.column("a").to_pylist(), kept.column("b").to_pylist()))
+    pairs = [e for p, e in memo.items() if p not in have and e.a in fingerprint and e.b in fingerprint]
+    table = pa.table({
+        "a": pa.array([e.a for e in pairs], pa.string()), "b": pa.array([e.b for e in pairs], pa.string()),
+        "fa": pa.array([fingerprint[e.a] for e in pairs], pa.int64()), "fb": pa.array([fingerprint[e.b] for e in pairs], pa.int64()),
+        **{c: pa.array([getattr(e, c) for e in pairs], pa.float64() if c in ("score", "name", "neighbours", "chunks", "embedding")
+                       else pa.bool_() if c == "contained" else pa.string()) for c in EVIDENCE},
+    })
+    return table if kept is None else pa.concat_tables([kept.cast(table.schema), table])
+
+
+def keys_digest(keys: list[str]) -> str:
+    h = hashlib.sha256()
+    for k in keys:
+        h.update(k.encode() + b"\x1f")
+    return h.hexdigest()
+
+
+def candidates_from(table: pa.Table | None, keys: list[str]) -> dict[str, set[tuple[int, int]]]:
+    """The stored candidate pairs, if they were generated for exactly these keys; else {}."""
+    if table is None or not table.num_rows or table.schema.metadata is None \
+            or table.schema.metadata.get(b"keys") != keys_digest(keys).encode():
+        return {}
+    out: dict[str, set[tuple[int, int]]] = {g: set() for g in table.schema.metadata[b"generators"].decode().split(",") if g}
+    for g, i, j in zip(*(table.column(c).to_pylist() for c in ("generator", "i", "j"))):
+        out.setdefault(g, set()).add((i, j))
+    return out
+
+
+def candidates_table(candidates: dict[str, set[tuple[int, int]]], keys: list[str]) -> pa.Table:
+    rows = [(g, i, j) for g, pairs in candidates.items() for i, j in pairs]
+    table = pa.table({"generator": pa.array([r[0] for r in rows], pa.string()),
+                      "i": pa.array([r[1] for r in rows], pa.int64()), "j": pa.array([r[2] for r in rows], pa.int64())})
+    return table.replace_schema_metadata({"keys": keys_digest(keys), "generators": ",".join(sorted(candidates))})

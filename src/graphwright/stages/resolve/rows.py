@@ -1,0 +1,164 @@
+"""Resolve from coded rows (plain functions for stages.resolve.incremental): the rows an update
+changed, chunk ranks, key fingerprints, description texts read from the few data files that hold
+them, and the entity rows of chosen entities."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.stages.resolve import core
+from graphwright.stages.resolve.descriptions import Texts
+from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
+from graphwright.stages.resolve.state import Advance
+from graphwright.storage.patch import read_data_file
+from graphwright.util.numeric import distinct_lists, to_numpy, unique
+
+
+def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The rows the update really added or removed: a file that a DELETE rewrote is removed and
+    added again with most of its rows, and those cancel out (rows compare by all `columns`)."""
+    removed, added = adv.removed.arrays, adv.added.arrays
+    if not len(adv.removed):
+        return {c: added[c] for c in columns}
+    both = {c: np.concatenate([removed[c], added[c]]) for c in columns}
+    sign = np.r_[np.full(len(adv.removed), -1, np.int64), np.ones(len(adv.added), np.int64)]
+    keys = [both[c].view(np.int64) if both[c].dtype == np.float64 else both[c].astype(np.int64) for c in columns]
+    order = np.lexsort(keys[::-1])
+    sorted_keys = [k[order] for k in keys]
+    new_group = np.ones(len(order), dtype=bool)
+    if len(order):
+        new_group[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
+    group = np.cumsum(new_group) - 1
+    net = np.bincount(group, weights=sign[order], minlength=int(group[-1]) + 1 if len(group) else 0)
+    firsts = order[new_group]
+    changed = firsts[net != 0]
+    return {c: both[c][changed] for c in columns}
+
+
+def chunk_ranks(store, chunk_names: pa.Array) -> np.ndarray:
+    """Each chunk's rank in corpus order, (source key, chunk index), chunks not in the chunks
+    table last by id: what core.corpus_rank computes from a dict, in Arrow."""
+    chunks = store.read("chunks", columns=["chunk_id", "doc_id", "chunk_index"])
+    docs = store.read("documents", columns=["doc_id", "source_key"])
+    n = len(chunk_names)
+    at = to_numpy(pc.fill_null(pc.index_in(chunk_names, value_set=chunks.column("chunk_id")), -1), np.int64)
+    known = at >= 0
+    doc_at = to_numpy(pc.fill_null(pc.index_in(chunks.column("doc_id"), value_set=docs.column("doc_id")), -1), np.int64)
+    keys = pa.concat_arrays([pa.array([""], pa.string()), docs.column("source_key").combine_chunks().cast(pa.string())])
+    source_rank = to_numpy(pc.rank(keys, sort_keys="ascending", tiebreaker="dense"), np.int64)
+    chunk_source = source_rank[doc_at + 1] if len(doc_at) else np.zeros(0, np.int64)
+    index = to_numpy(chunks.column("chunk_index"), np.int64)
+    safe = np.maximum(at, 0)
+    order = np.lexsort((np.arange(n), np.where(known, index[safe] if len(index) else 0, 0),
+                        np.where(known, chunk_source[safe] if len(chunk_source) else 0, 0), ~known))
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return rank
+
+
+def order_kept(previous: pa.Table, rank_by_code: np.ndarray, used_chunks: np.ndarray, chunk_code: np.ndarray) -> bool:
+    """Whether the chunks the previous run ranked keep their order among themselves."""
+    before = to_numpy(previous.column("rank"), np.int64)
+    common = min(len(before), len(rank_by_code))
+    if not common:
+        return True
+    used = np.zeros(len(rank_by_code), dtype=bool)
+    by_sorted = np.empty(len(chunk_code), dtype=np.int64)
+    by_sorted[chunk_code] = np.arange(len(chunk_code))
+    used[by_sorted[unique(used_chunks)]] = True
+    codes = np.flatnonzero(used[:common])
+    now = rank_by_code[codes][np.argsort(before[codes], kind="stable")]
+    return bool(np.all(now[1:] > now[:-1])) if len(now) > 1 else True
+
+
+def fingerprint_keys(keys: list[str], profiles: dict, chunk_names: pa.Array, texts: list[str] | None) -> dict[str, int]:
+    """Per key, a hash of everything its KeyProfile holds (pair_cache.profile_fingerprints), read
+    from the profiles' code arrays (the group-bys over all mentions are not done twice)."""
+    ordered = [profiles[k] for k in keys]
+    key_hash = stable_hashes(keys)
+    chunk_hash = stable_hashes(chunk_names.to_pylist())
+
+    def sets(codes: list[np.ndarray], item_hash: np.ndarray) -> np.ndarray:
+        owner = np.repeat(np.arange(len(codes)), [len(c) for c in codes])
+        flat = np.concatenate(codes) if codes else np.empty(0, np.int64)
+        return set_hashes(owner, item_hash[flat], len(codes))
+
+    mentions = np.array([p.mentions for p in ordered], dtype=np.int64)
+    types = stable_hashes([repr(sorted(p.types.items())) for p in ordered])
+    parts = [key_hash, mentions, types, sets([p.chunks.codes for p in ordered], chunk_hash),
+             sets([p.neighbours.codes for p in ordered], key_hash)]
+    if texts is not None:
+        parts.append(stable_hashes(texts))
+    return dict(zip(keys, mix(*parts).tolist()))
+
+
+def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.ndarray], candidates: np.ndarray | None):
+    """A function from description hashes to their Texts, reading only the data files that hold
+    a row of `candidates` (row indices; None: any row) with a wanted hash, and in those only the
+    description column."""
+
+    def fetch(wanted: np.ndarray) -> Texts:
+        wanted = unique(wanted) if len(wanted) else np.empty(0, np.int64)
+        pool = np.arange(len(rows["description"])) if candidates is None else candidates
+        hashes = rows["description"][pool]
+        at = np.minimum(np.searchsorted(wanted, hashes), max(len(wanted) - 1, 0))
+        hit = pool[(wanted[at] == hashes) if len(wanted) else np.zeros(len(pool), bool)]
+        order = np.lexsort((hit, rows["description"][hit]))
+        hit = hit[order]
+        firsts = hit[np.r_[True, rows["description"][hit][1:] != rows["description"][hit][:-1]]] if len(hit) else hit
+        by_file = defaultdict(list)
+        for row, f, place in zip(firsts.tolist(), rows["file"][firsts].tolist(), rows["row"][firsts].tolist()):
+            by_file[f].append((row, place))
+        got_rows, got_texts = [np.empty(0, np.int64)], [pa.array([], pa.string())]
+        for f, items in by_file.items():
+            column = read_data_file(store, table, file_paths[f], ["description"]).column("description")
+            got_rows.append(np.array([r for r, _ in items], dtype=np.int64))
+            got_texts.append(column.take(pa.array([p for _, p in items], pa.int64())).combine_chunks().cast(pa.string()))
+        picked = np.concatenate(got_rows)
+        texts = pa.concat_arrays(got_texts)
+        order = np.argsort(rows["description"][picked], kind="stable")
+        return Texts(rows["description"][picked][order], texts.take(pa.array(order)))
+
+    fetch.fetches_texts = True
+    return fetch
+
+
+def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
+                   chunk_names: pa.Array, doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
+                   entity_keys: list[str], config, overflow: dict | None, fetch) -> tuple[pa.Table, list[str]]:
+    """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their names."""
+    local = np.full(n_entities, -1, dtype=np.int64)
+    local[chosen] = np.arange(len(chosen))
+    rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
+    group, k = local[m_entity[rows]], len(chosen)
+    sub = {c: m[c][rows] for c in ("name", "count", "type", "chunk_id", "doc_id", "description", "length")}
+    chosen_names = core._best_names(group, sub["name"], sub["count"], k, names.values)
+    limit, want = config.description_max_chars, overflow is not None
+    parts = core._Parts(group, k, None, sub, rank, limit, want)
+    sub_rows = rows  # the parts index `sub`; the fetcher indexes `m`
+    texts = fetch(parts.needed())
+    descriptions = []
+    ids_ = [entity_ids[i] for i in chosen.tolist()]
+    for p in range(len(parts)):
+        _, _, plan = parts.plan(p)
+        descriptions.append(plan.merge(texts))
+        for i, ordered in plan.overflow(texts).items() if want else ():
+            i += int(parts.cuts[p])
+            overflow[("entities", ids_[i])] = (chosen_names[i], ordered)
+    del sub_rows
+    table = pa.table({
+        "entity_id": pa.array(ids_, pa.string()),
+        "canonical_key": pa.array([entity_keys[i] for i in chosen.tolist()], pa.string()),
+        "name": pa.array(chosen_names, pa.string()),
+        **core._types(group, sub["type"], sub["count"], type_names.to_pylist(), k),
+        "description": pa.concat_arrays([pa.array([], pa.string()), *descriptions]),
+        "mention_count": pa.array(np.bincount(group, weights=sub["count"], minlength=k).astype(np.int64)),
+        "degree": pa.array(degree[chosen], pa.int64()),
+        "chunk_ids": distinct_lists(group, sub["chunk_id"], chunk_names, k),
+        "doc_ids": distinct_lists(group, sub["doc_id"], doc_names, k),
+    })
+    return table, chosen_names

@@ -1,0 +1,229 @@
+"""Resolve's memory between runs: the mentions and assertions as integer codes, kept per Delta
+data file, so that an update codes only the files added since the last run.
+
+A Delta data file never changes once written, so its coded form never does either: a segment per
+data file (its rows of the current extractor, as codes into the run's dictionaries, with each
+row's place in the file), written once and dropped when the file leaves the table. Dictionaries
+of names, chunks, documents and types only grow (codes stay valid), a segment of new values per
+run. `state.json`, put last and atomically, lists the segments and dictionary parts that are
+current, so a run killed halfway leaves the previous state whole (its extra files are unlisted
+and removed later). What resolve derived from the rows (each key's entity, each entity's name and
+degree, scored pairs) is kept beside them, so that the next run can tell which rows it must
+rebuild (stages.resolve.incremental).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.stages.resolve.codes import Dictionary, read_codes
+from graphwright.storage.patch import data_files, read_data_file
+from graphwright.text.names import normalize_name, resolution_key
+
+FORMAT = 1
+ROOT = "state/resolve"
+MAX_DICTIONARY_PARTS = 16
+CODED = {"mentions": (("name", "type", "chunk_id", "doc_id"), "count"),
+         "assertions": (("source", "target", "chunk_id", "doc_id"), "weight")}
+DICTIONARY_OF = {"name": "names", "source": "names", "target": "names", "type": "types", "chunk_id": "chunks", "doc_id": "docs"}
+
+
+@dataclass
+class Rows:
+    """Coded rows of one table: column -> array (the coded columns, the number, the description's
+    hash and length, and `file` and `row`: the data file's code and the row's place in it)."""
+
+    arrays: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.arrays["file"])
+
+    @staticmethod
+    def concat(parts: list[dict[str, np.ndarray]], columns: list[str]) -> Rows:
+        """One array per column; each part's column is let go once copied (the parts of a
+        million-chunk index are 2.7 GB: holding them beside the result doubled resolve's peak)."""
+        return Rows({c: np.concatenate([p.pop(c) for p in parts]) if parts else np.empty(0, np.int64) for c in columns})
+
+
+@dataclass
+class ResolveState:
+    fingerprint: str
+    dictionaries: dict[str, Dictionary]
+    segments: dict[str, dict[str, str]]  # table -> data file path -> segment file
+    dictionary_parts: dict[str, list[str]] = field(default_factory=dict)
+    derived: dict = field(default_factory=dict)  # the previous run's results (see incremental)
+    outputs: dict[str, int | None] = field(default_factory=dict)  # output table versions the state produced
+
+    @classmethod
+    def empty(cls, fingerprint: str, method: str) -> ResolveState:
+        to_key = resolution_key if method == "linked" else normalize_name
+        return cls(fingerprint, {"names": Dictionary(to_key), "chunks": Dictionary(), "docs": Dictionary(),
+                                 "types": Dictionary()}, {"mentions": {}, "assertions": {}})
+
+
+def fingerprint(extractor: str, method: str) -> str:
+    """What the coded rows depend on: the extractor whose rows they are and the key function."""
+    return ids.stable_id("resolve-state", FORMAT, extractor, method)
+
+
+def peek(files, fingerprint_: str) -> dict | None:
+    """state.json of the state the last run left for this fingerprint, or None."""
+    try:
+        meta = json.loads(files.read_bytes(f"{ROOT}/state.json"))
+    except Exception:  # noqa: BLE001 - no state (or a damaged one): resolve from the tables
+        return None
+    return meta if meta.get("format") == FORMAT and meta.get("fingerprint") == fingerprint_ else None
+
+
+def load(files, fingerprint_: str, method: str) -> ResolveState | None:
+    """The state the last run left, or None (none yet, another extractor or method, unreadable)."""
+    meta = peek(files, fingerprint_)
+    if meta is None:
+        return None
+    state = ResolveState.empty(fingerprint_, method)
+    for kind, parts in meta["dictionary_parts"].items():
+        d = state.dictionaries[kind]
+        for part in parts:
+            table = _read_table(files, part)
+            values = table.column("value").to_pylist()
+            d.values.extend(values)
+            if "key" in table.column_names:
+                d._keys.extend(table.column("key").to_pylist())
+        d.code = {v: i for i, v in enumerate(d.values)}
+    state.dictionary_parts = meta["dictionary_parts"]
+    state.segments = meta["segments"]
+    state.outputs = meta.get("outputs", {})
+    state.derived = {name: _read_table(files, path) for name, path in meta.get("derived", {}).items()}
+    return state
+
+
+def _read_table(files, relative: str) -> pa.Table:
+    with pa.ipc.open_file(io.BytesIO(files.read_bytes(relative))) as reader:
+        return reader.read_all()
+
+
+def _write_table(files, relative: str, table: pa.Table) -> None:
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    files.write_bytes(relative, sink.getvalue())
+
+
+def load_segment(files, relative: str) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(files.read_bytes(relative))) as z:
+        return {k: z[k] for k in z.files}
+
+
+def code_file(store, table: str, path: str, extractor: str, state: ResolveState) -> dict[str, np.ndarray]:
+    """One data file's rows of `extractor` as codes (new values join the dictionaries)."""
+    coded, number = CODED[table]
+    rows = read_data_file(store, table, path, [*coded, number, "description", "extractor"])
+    mine = pc.equal(rows.column("extractor"), extractor)
+    place = np.flatnonzero(np.asarray(pc.fill_null(mine, False)))
+    rows = rows.filter(pc.fill_null(mine, False))
+    arrays = read_codes(lambda columns: rows.select(columns).to_batches(max_chunksize=65_536),
+                        {c: state.dictionaries[DICTIONARY_OF[c]] for c in coded}, number)
+    arrays["row"] = place.astype(np.int32)
+    return arrays
+
+
+@dataclass
+class Advance:
+    """The rows now current, and the rows the update removed and added (before cancelling out
+    rows a rewritten file kept): `removed` and `added` index nothing, they are rows themselves."""
+
+    current: Rows
+    removed: Rows
+    added: Rows
+    files: list[str]  # data file of each file code in `current`
+    new_segments: dict[str, dict[str, np.ndarray]]  # data file path -> its coded rows, not yet saved
+
+
+def advance(store, files, state: ResolveState, table: str, extractor: str) -> Advance:
+    """Bring one table's coded rows to its current version: segments of files that left are
+    dropped (their rows are the removed ones), files that joined are coded (the added ones)."""
+    current_files = [path for path, _ in data_files(store, table)]
+    had = state.segments.get(table, {})
+    gone = [p for p in had if p not in set(current_files)]
+    new_segments = {p: code_file(store, table, p, extractor, state) for p in current_files if p not in had}
+    parts, columns = [], None
+    for code, path in enumerate(current_files):
+        seg = new_segments[path] if path in new_segments else load_segment(files, had[path])
+        seg = dict(seg, file=np.full(len(seg["row"]), code, np.int32))
+        columns = columns or list(seg)
+        parts.append(seg)
+    columns = columns or _columns(table)
+    removed = [load_segment(files, had[p]) for p in gone]
+    removed = [dict(r, file=np.full(len(r["row"]), -1, np.int32)) for r in removed]
+    added = Rows.concat([dict(parts[i]) for i, p in enumerate(current_files) if p in new_segments], columns)
+    return Advance(Rows.concat(parts, columns), Rows.concat(removed, columns), added, current_files, new_segments)
+
+
+def _columns(table: str) -> list[str]:
+    coded, number = CODED[table]
+    return [*coded, number, "description", "length", "row", "file"]
+
+
+def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], dictionary_sizes: dict[str, int],
+         derived: dict[str, pa.Table], outputs: dict[str, int | None]) -> None:
+    """Write the new segments, the dictionaries' new values and the derived tables, then
+    state.json; remove what no longer belongs to the state."""
+    old_files = set(_listed(state))
+    segments = {}
+    for table, adv in advances.items():
+        had = state.segments.get(table, {})
+        segments[table] = {}
+        for path in adv.files:
+            if path in adv.new_segments:
+                relative = f"{ROOT}/segments/{table}/{ids.stable_id('segment', path, run_id)}.npz"
+                sink = io.BytesIO()
+                np.savez(sink, **{k: v for k, v in adv.new_segments[path].items() if k != "file"})
+                files.write_bytes(relative, sink.getvalue())
+                segments[table][path] = relative
+            else:
+                segments[table][path] = had[path]
+    parts = {k: list(v) for k, v in state.dictionary_parts.items()}
+    for kind, d in state.dictionaries.items():
+        start = dictionary_sizes.get(kind, 0)
+        if len(parts.get(kind, [])) >= MAX_DICTIONARY_PARTS:  # one part per run would pile up: fold them
+            parts[kind], start = [], 0
+        if len(d.values) > start:
+            columns = {"value": pa.array(d.values[start:], pa.string())}
+            if d.key is not None:
+                columns["key"] = pa.array(d._keys[start:], pa.string())
+            relative = f"{ROOT}/dictionaries/{kind}-{run_id}.arrow"
+            _write_table(files, relative, pa.table(columns))
+            parts.setdefault(kind, []).append(relative)
+    derived_paths = {}
+    for name, table in derived.items():
+        relative = f"{ROOT}/derived/{name}-{run_id}.arrow"
+        _write_table(files, relative, table)
+        derived_paths[name] = relative
+    meta = {"format": FORMAT, "fingerprint": state.fingerprint, "dictionary_parts": parts, "segments": segments,
+            "derived": derived_paths, "outputs": outputs}
+    files.write_bytes(f"{ROOT}/state.json", json.dumps(meta).encode())
+    keep = set(_listed_meta(meta))
+    for relative in old_files | set(files.list(ROOT)):
+        if relative not in keep and relative != f"{ROOT}/state.json":
+            files.delete(relative)
+
+
+def forget(files) -> None:
+    """Drop the state: the next resolve codes the tables again, with fresh dictionaries."""
+    files.delete(f"{ROOT}/state.json")
+
+
+def _listed(state: ResolveState) -> list[str]:
+    return [p for seg in state.segments.values() for p in seg.values()] + [p for v in state.dictionary_parts.values() for p in v]
+
+
+def _listed_meta(meta: dict) -> list[str]:
+    return ([p for seg in meta["segments"].values() for p in seg.values()]
+            + [p for v in meta["dictionary_parts"].values() for p in v] + list(meta["derived"].values()))

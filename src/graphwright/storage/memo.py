@@ -1,0 +1,65 @@
+"""A fan-in stage's note of the table versions it last read and wrote, so that a run in which none
+of them moved skips the stage without reading a table to find out (a Delta version is read from
+the log, not the data). The note is put after the stage's writes: a stage killed before it leaves
+the old note, whose versions no longer match, and the rerun does the work."""
+
+from __future__ import annotations
+
+import json
+
+
+class StageMemo:
+    """`reads` and `writes`: the stage's tables; `key`: whatever else its output depends on (its
+    configuration); `extra`: what the stage returns that the note must give back when it skips."""
+
+    def __init__(self, store, stage: str, reads: tuple[str, ...], writes: tuple[str, ...], key: str):
+        self.store, self.stage, self.reads, self.writes, self.key = store, stage, reads, writes, key
+        self.path = f"state/{stage}.json"
+        self.seen = self._versions(reads)
+
+    def _versions(self, names: tuple[str, ...]) -> dict[str, int | None]:
+        return {name: self.store.version(name) for name in names}
+
+    def unchanged(self) -> dict | None:
+        """What the stage returned last time, if its tables are at the versions it left them."""
+        try:
+            note = json.loads(self.store.files.read_bytes(self.path))
+        except Exception:  # noqa: BLE001 - no note (first run, or written by an older version)
+            return None
+        if note.get("key") != self.key or note.get("reads") != self.seen or note.get("writes") != self._versions(self.writes):
+            return None
+        return note.get("result", {})
+
+    def record(self, result: dict | None = None) -> None:
+        note = {"key": self.key, "reads": self.seen, "writes": self._versions(self.writes), "result": result or {}}
+        self.store.files.write_bytes(self.path, json.dumps(note, sort_keys=True, default=str).encode())
+
+
+def rebase_notes(store, moved: dict[str, tuple[int | None, int | None]]) -> int:
+    """After a rewrite that changed no row (compaction), move the versions the stages' notes under
+    state/ recorded for the rewritten tables from the old version to the new one, so that the next
+    run still finds its notes valid. Returns how many notes changed."""
+    changed = 0
+    for relative in store.files.list("state"):
+        if not relative.endswith(".json"):
+            continue
+        note = json.loads(store.files.read_bytes(relative))
+        if _rebase(note, moved):
+            store.files.write_bytes(relative, json.dumps(note, sort_keys=True, default=str).encode())
+            changed += 1
+    return changed
+
+
+def _rebase(value, moved) -> bool:
+    hit = False
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in moved and not isinstance(v, (dict, list)) and v == moved[k][0]:
+                value[k] = moved[k][1]
+                hit = True
+            else:
+                hit |= _rebase(v, moved)
+    elif isinstance(value, list):
+        for v in value:
+            hit |= _rebase(v, moved)
+    return hit

@@ -1,0 +1,117 @@
+"""Writes in proportion to the change: a table's data files, read one at a time, and a patch that
+replaces the rows of some keys by rewriting only the files that hold them, in one Delta commit.
+
+`IndexStore.replace_parts_if_changed` diffs the whole table to learn what changed; a stage that
+knows which keys changed (resolve, cluster, report) hands them here instead. Files that hold none
+of the keys stay as they are: they are neither read beyond their key column nor rewritten. A file
+that holds some is rewritten without them. The new rows go to new files. A patch killed before its
+commit changes nothing; rerun, it removes the same keys and adds the same rows."""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake.transaction import AddAction, RemoveAction
+
+from graphwright.storage import contracts, location
+from graphwright.storage.diff import key_column
+
+
+def data_files(store, name: str) -> list[tuple[str, int]]:
+    """(path relative to the table, rows) of each data file of the table's current version."""
+    dt = store._table(name)
+    if dt is None:
+        return []
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    return list(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist()))
+
+
+def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
+    """Some columns of one data file of a table (cast to its contract; a column the file predates
+    is read as nulls). Local files are read in place; an object store's, in one get."""
+    if store.is_remote:
+        import obstore
+
+        blob = obstore.get(location.open_store(store.path(name), store.storage_options), path).bytes()
+        source = pq.ParquetFile(io.BytesIO(bytes(blob)))
+    else:
+        source = pq.ParquetFile(Path(store.path(name)) / path)
+    have = set(source.schema_arrow.names)
+    table = source.read(columns=[c for c in columns if c in have])
+    schema = contracts.schema(name).arrow
+    for c in columns:
+        if c not in have:
+            table = table.append_column(schema.field(c).with_nullable(True), pa.nulls(table.num_rows, schema.field(c).type))
+    return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
+
+
+def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> dict[str, int]:
+    """Remove the rows whose primary key is in `removed_keys` or among the keys of `parts`, and add
+    the rows of `parts`, in one commit (an upsert by key, with deletions); only the files holding
+    such a key are rewritten. Returns {"files_rewritten", "files_kept", "files_added",
+    "rows_removed", "rows_added"}."""
+    schema = contracts.schema(name)
+    if schema.partition_by:
+        raise ValueError(f"patch_table does not write partitioned tables ({name})")
+    key = tuple(schema.primary_key)
+    stats = {"files_rewritten": 0, "files_kept": 0, "files_added": 0, "rows_removed": 0, "rows_added": 0}
+    with tempfile.TemporaryDirectory(prefix=f"graphwright-patch-{name}-") as folder:
+        adds: list[tuple[str, int]] = []
+        keys = [pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())]
+        for i, part in enumerate(parts):
+            data = schema.validate(part)
+            if not data.num_rows:
+                continue
+            keys.append(key_column(data, key))
+            path = f"{folder}/new-{i:06d}.parquet"
+            pq.write_table(data, path)
+            adds.append((path, data.num_rows))
+            stats["rows_added"] += data.num_rows
+        touched = pc.unique(pa.concat_arrays(keys))
+        if stats["rows_added"] and pc.count_distinct(pa.concat_arrays(keys[1:])).as_py() != stats["rows_added"]:
+            raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
+        removes: list[str] = []
+        if len(touched) and store.exists(name):
+            for path, rows in data_files(store, name):
+                hit = pc.is_in(key_column(read_data_file(store, name, path, list(key)), key), value_set=touched)
+                n_hit = pc.sum(hit).as_py() or 0
+                if not n_hit:
+                    stats["files_kept"] += 1
+                    continue
+                stats["files_rewritten"] += 1
+                stats["rows_removed"] += n_hit
+                removes.append(path)
+                if n_hit < len(hit):
+                    kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
+                    local = f"{folder}/kept-{len(removes):06d}.parquet"
+                    pq.write_table(schema.validate(kept), local)
+                    adds.append((local, kept.num_rows))
+        stats["files_added"] = len(adds)
+        if adds or removes or not store.exists(name):
+            store._writing(name)
+            _commit(store, store.ensure(name), name, adds, removes)
+    return stats
+
+
+def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str]) -> None:
+    """One Delta commit: remove `removes` (paths in the table), add the local files `adds`."""
+    import obstore
+
+    table_files, actions, batch = location.open_store(store.path(name), store.storage_options), [], uuid.uuid4().hex
+    now = int(time.time() * 1000)
+    for path in removes:
+        actions.append(RemoveAction(path, True, now))
+    for i, (local, rows) in enumerate(adds):
+        relative = f"part-{i:05d}-{batch}.parquet"
+        obstore.put(table_files, relative, Path(local))
+        actions.append(AddAction(relative, Path(local).stat().st_size, {}, now, True, json.dumps({"numRecords": rows})))
+    dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow)

@@ -1,0 +1,140 @@
+"""Incremental clustering: Leiden runs again only in the communities an update touched (and their
+descendants); every other community keeps its members and subtree, and the top level's modularity
+stays within 0.002 of a fresh full clustering of the same graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from graphwright.config import ClusterConfig
+from graphwright.engines.graph import make_engine
+from graphwright.engines.graph.graphs import modularity
+from graphwright.stages.cluster.hierarchy import hierarchical_leiden, listing
+from graphwright.stages.cluster.incremental import graph_changes, graph_sum, incremental_levels
+from graphwright.stages.resolve.pair_cache import stable_hashes
+
+CONFIG = ClusterConfig(max_cluster_size=12, seed=3)
+
+
+def planted(sizes, p_in, p_out, seed):
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    i, j = np.triu_indices(len(labels), 1)
+    keep = rng.random(len(i)) < np.where(labels[i] == labels[j], p_in, p_out)
+    return len(labels), np.column_stack([i[keep], j[keep]]), rng.uniform(0.5, 2.0, int(keep.sum()))
+
+
+def as_previous(communities):
+    """hierarchical_leiden's list as previous_levels gives a table: per level (members, parent index, id)."""
+    levels, where = [], {}
+    for index, c in enumerate(communities):
+        while len(levels) <= c.level:
+            levels.append([])
+        where[index] = len(levels[c.level])
+        levels[c.level].append((c.members, c.parent, f"c{index}"))
+    return [[(m, None if p is None else where[p], cid) for m, p, cid in level] for level in levels]
+
+
+def top_labels(communities, n):
+    label = np.full(n, -1)
+    for k, c in enumerate(c for c in communities if c.level == 0):
+        label[c.members] = k
+    return label
+
+
+def test_an_update_repartitions_only_the_touched_communities():
+    engine = make_engine("igraph")
+    n, edges, weights = planted([40] * 10, 0.3, 0.004, seed=1)
+    before = hierarchical_leiden(n, edges, weights, CONFIG, engine)
+    ids = [f"e{i:04d}" for i in range(n)]
+    # the update: a new entity tied into block 0, and a few more edges inside block 1
+    new_ids = ids + ["e9999"]
+    extra = np.array([[n, 0], [n, 1], [n, 2], [40, 45], [41, 47], [42, 49]])
+    new_edges = np.concatenate([edges, extra])
+    new_weights = np.concatenate([weights, np.ones(len(extra))])
+    touched, changed_new, changed_old, new_nodes = graph_changes(
+        pa.array(ids), edges, weights, new_ids, new_edges, new_weights)
+    assert new_nodes.sum() == 1 and len(changed_new) == len(extra) and not len(changed_old)
+    levels, stats = incremental_levels(n + 1, new_edges, new_weights, CONFIG, engine, as_previous(before), touched,
+                                       stable_hashes(new_ids))
+    after = listing(levels)
+    assert stats["top_communities_kept"] >= 6 and stats["subtrees_reused"] >= 1
+    # confinement: an untouched top-level community keeps its members and its whole subtree
+    touched_tops = {k for k, c in enumerate(c for c in before if c.level == 0) if touched[c.members].any()}
+    kept = {tuple(c.members) for k, c in enumerate(c for c in before if c.level == 0) if k not in touched_tops}
+    assert kept <= {tuple(c.members) for c in after if c.level == 0}
+
+    def subtree(communities, root_members):
+        root = next(i for i, c in enumerate(communities) if c.level == 0 and tuple(c.members) == root_members)
+        out, todo = set(), [root]
+        while todo:
+            i = todo.pop()
+            out.add((communities[i].level, tuple(communities[i].members)))
+            todo.extend(communities[i].children)
+        return out
+
+    for members in kept:
+        assert subtree(before, members) == subtree(after, members)
+    # quality: top-level modularity within 0.002 of a fresh full clustering of the new graph
+    fresh = hierarchical_leiden(n + 1, new_edges, new_weights, CONFIG, engine)
+    q_update = modularity(n + 1, new_edges, new_weights, top_labels(after, n + 1))
+    q_fresh = modularity(n + 1, new_edges, new_weights, top_labels(fresh, n + 1))
+    assert q_update >= q_fresh - 0.002
+    # every node is in exactly one top-level community, and children partition their parent
+    assert sorted(np.concatenate([c.members for c in after if c.level == 0]).tolist()) == list(range(n + 1))
+    for c in after:
+        if c.children:
+            assert sorted(np.concatenate([after[k].members for k in c.children]).tolist()) == c.members.tolist()
+
+
+def test_graph_sum_is_order_free_and_follows_weights():
+    n, edges, weights = planted([10, 10], 0.5, 0.1, seed=2)
+    h = stable_hashes([f"e{i}" for i in range(n)])
+    order = np.random.default_rng(0).permutation(len(edges))
+    assert graph_sum(h, edges, weights) == graph_sum(h, edges[order][:, ::-1], weights[order])
+    changed = weights.copy()
+    changed[0] += 1
+    assert graph_sum(h, edges, weights) != graph_sum(h, edges, changed)
+
+
+def test_patched_communities_table_stays_consistent_with_the_graph(tmp_path):
+    import json
+
+    from graphwright.config import load_config
+    from graphwright.pipeline.runner import run_index
+    from graphwright.storage.delta import IndexStore
+
+    config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 32},
+                                    "ingest": {"max_delete_fraction": 1.0}, "cluster": {"max_cluster_size": 3}})
+    src = tmp_path / "src"
+    src.mkdir()
+    people = ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad", "Goran Petrov",
+              "Hana Ito", "Ivo Lind"]
+    for d in range(8):
+        (src / f"d{d}.txt").write_text(" ".join(f"{people[(d + i) % 9]} met {people[(d + 2 * i + 1) % 9]} in Port Elling."
+                                                for i in range(4)))
+    run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
+    (src / "d0.txt").write_text("Hana Ito wrote to Ivo Lind near Kestrel Island. Ivo Lind thanked Hana Ito.")
+    (src / "d9.txt").write_text("Jonas Berg met Alice Moreau in Amberfield.")
+    summary = run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
+    store = IndexStore(tmp_path / "index")
+    details = json.loads(store.read("stage_metrics", where=f"run_id = '{summary['run_id']}' AND stage = 'cluster'")
+                         .to_pylist()[0]["details"])
+    assert details["incremental"] is True
+    communities = store.read("communities").to_pylist()
+    entities = {e["entity_id"]: e for e in store.read("entities").to_pylist()}
+    rels = store.read("relationships").to_pylist()
+    by_id = {c["community_id"]: c for c in communities}
+    assert len({c["human_id"] for c in communities}) == len(communities)
+    for level in {c["level"] for c in communities}:
+        members = [e for c in communities if c["level"] == level for e in c["entity_ids"]]
+        assert len(members) == len(set(members))
+    assert sorted(e for c in communities if c["level"] == 0 for e in c["entity_ids"]) == sorted(entities)
+    for c in communities:
+        inside = set(c["entity_ids"])
+        assert c["chunk_ids"] == sorted({ch for e in inside for ch in entities[e]["chunk_ids"]})
+        assert c["relationship_ids"] == sorted(r["relationship_id"] for r in rels if r["source_id"] in inside and r["target_id"] in inside)
+        assert all(by_id[k]["parent_id"] == c["community_id"] for k in c["children_ids"])
+        if c["parent_id"]:
+            assert c["community_id"] in by_id[c["parent_id"]]["children_ids"]

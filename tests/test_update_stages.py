@@ -1,0 +1,76 @@
+"""The stages after resolve on an update: each skips when nothing it reads moved, the embed stage
+reads the text of new chunks only, reports are written only where they changed, and publish
+counts rows from the Delta log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from graphwright.config import load_config
+from graphwright.pipeline.runner import run_index
+from graphwright.storage.delta import IndexStore
+
+CONFIG = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 32},
+                                "ingest": {"max_delete_fraction": 1.0}})
+DOCS = {f"d{i}": f"Alice Moreau met Bruno Keller in Port Elling. Doc {i}: Chidi Okafor wrote to Emil Novak near Kestrel Island."
+        for i in range(5)}
+
+
+def _index(src: Path, index: Path, docs: dict[str, str]) -> dict:
+    for old in src.glob("*.txt"):
+        old.unlink()
+    for name, text in docs.items():
+        (src / f"{name}.txt").write_text(text)
+    return run_index([str(src)], index, CONFIG, show_progress=False, log=lambda m: None)
+
+
+def _details(index: Path, summary: dict) -> dict:
+    rows = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}'").to_pylist()
+    return {r["stage"]: json.loads(r["details"]) for r in rows}
+
+
+def test_stages_skip_when_nothing_they_read_moved_and_run_when_it_did(tmp_path):
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    noop = _details(index, _index(src, index, DOCS))
+    assert all(noop[s].get("skipped") for s in ("cluster", "report", "embed")), noop
+    changed = _details(index, _index(src, index, DOCS | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}))
+    assert not any(changed[s].get("skipped") for s in ("cluster", "report", "embed"))
+
+
+def test_embed_reads_the_text_of_new_chunks_only(tmp_path, monkeypatch):
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    asked = []
+    real = IndexStore.rows_in
+
+    def rows_in(self, name, column, values, columns):
+        if name == "chunks":
+            asked.append(len(set(values)))
+        return real(self, name, column, values, columns)
+
+    monkeypatch.setattr(IndexStore, "rows_in", rows_in)
+    docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}
+    summary = _index(src, index, docs)
+    embed = _details(index, summary)["embed"]
+    assert embed["chunk"] == {"embedded": 1, "reused": 4, "removed": 1}
+    assert asked[-1] == 1  # the embed stage's read: the one new chunk (extract asked for it too)
+    store = IndexStore(index)
+    chunk_ids = set(store.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist())
+    embedded = store.read("embeddings", columns=["item_id"], where="kind = 'chunk'").column("item_id").to_pylist()
+    assert sorted(embedded) == sorted(chunk_ids)
+
+
+def test_publish_counts_from_the_log_equal_the_tables(tmp_path):
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    summary = _index(src, index, {k: v for k, v in DOCS.items() if k != "d1"})
+    store = IndexStore(index)
+    assert summary["entities"] == store.read("entities").num_rows
+    assert summary["relationships"] == store.read("relationships").num_rows
+    assert summary["communities"] == store.read("communities").num_rows
+    assert summary["chunks"] == store.read("chunks").num_rows
