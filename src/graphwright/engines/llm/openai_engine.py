@@ -75,6 +75,8 @@ class OpenAIClient:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.limiter = RateLimiter(config.requests_per_second)
         self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     def _session(self) -> requests.Session:
         if not hasattr(self._local, "session"):  # one pooled connection set per thread
@@ -123,8 +125,15 @@ class OpenAIClient:
         """fn over items with at most `concurrency` in flight, results in order."""
         if len(items) <= 1 or self.config.concurrency <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(items))) as pool:
-            return list(pool.map(fn, items))
+        return list(self._threads().map(fn, items))
+
+    def _threads(self) -> ThreadPoolExecutor:
+        # One pool for the client's life: its threads keep their sessions, so the connections they
+        # opened are reused by every later batch instead of being opened again per batch.
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.config.concurrency, thread_name_prefix="llm-http")
+            return self._pool
 
 
 def _count(usage: dict, name: str) -> int:
