@@ -53,6 +53,7 @@ class FakeOpenAI(LoopbackServer):
         self.requests: list[dict] = []
         self.faults: dict[str, list[str]] = {}  # marker in the chunk -> behaviours to apply, in order
         self.zero_score_markers: list[str] = []  # global map points on reports whose title has one score 0
+        self.reasoning: list[str] = []  # replies to iterative-retrieval (IRCoT) prompts, in order; then "So the answer is: unknown."
         self.lock = threading.Lock()
         self.embedder = HashingEmbedder(EmbedConfig(engine="hashing", dim=32))
         super().__init__(self._handler(), port=port)
@@ -78,6 +79,9 @@ class FakeOpenAI(LoopbackServer):
             return reference
         user = [m["content"] for m in body["messages"] if m["role"] == "user"]
         system = body["messages"][0]["content"]
+        if "one step at a time, from the numbered paragraphs" in system:  # an IRCoT reasoning step
+            with self.lock:
+                return self.reasoning.pop(0) if self.reasoning else "So the answer is: unknown."
         if "Evidence:" in system:  # an answer request: cite the first evidence
             return f"The evidence says so [1]. (question: {user[-1]})"
         if system.startswith("You write a report about one community"):

@@ -107,9 +107,9 @@ def _keys(result):
 
 
 def graph_search(index, question: str, **settings) -> dict:
-    """Graph mode by PageRank alone (no dense similarity), plus `settings`."""
+    """Graph mode walking from the question's entities alone (no passage seeds, no facts), plus `settings`."""
     searcher = Searcher(str(index))
-    searcher.config = make_config(query={"graph_dense_weight": 0.0, **settings})
+    searcher.config = make_config(query={"graph_passage_weight": 0.0, "graph_facts": 0, **settings})
     return searcher.attach_titles(searcher.search(question, "graph", 5))
 
 
@@ -129,11 +129,18 @@ def test_pagerank_reaches_entities_the_question_does_not_name(small_graph):
     assert mass["Brin Tallow"] > mass["Esk Marrow"] > mass.get("Orla Finch", 0) > 0
 
 
-def test_dense_weight_adds_the_chunks_nearest_the_question(small_graph):
-    question = "Who is Brin Tallow?"
-    assert "far.txt" not in _keys(graph_search(small_graph, question))
-    blended = graph_search(small_graph, question, graph_dense_weight=1.0)
-    assert "far.txt" in _keys(blended)  # no PageRank mass, but a vector neighbour of the question
+def test_a_fact_the_question_matches_seeds_both_its_entities(small_graph):
+    result = graph_search(small_graph, "Who mended nets on the quay?", graph_facts=5, graph_links=False)
+    assert "mended nets" in result["facts"][0]["description"]
+    assert {s["name"] for s in result["seeds"]} == {"Esk Marrow", "Brin Tallow"}  # no name in the question
+    assert _keys(result)[0] == "brin.txt"
+
+
+def test_passage_seeds_add_the_chunks_the_fused_ranking_finds(small_graph):
+    question = "Who is Brin Tallow, and who painted the lighthouse?"
+    assert "far.txt" not in _keys(graph_search(small_graph, question))  # no path from Brin Tallow
+    seeded = graph_search(small_graph, question, graph_passage_weight=0.05)
+    assert "far.txt" in _keys(seeded)  # BM25 and vector search find it: a seed of its own
 
 
 def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
@@ -141,6 +148,13 @@ def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
     assert {e["name"] for e in result["entities"]} == {"Alder Voss", "Brin Tallow"}  # adjacent: the tree is one edge
     assert result["tree"] == {"nodes": 2, "edges": 1}
     assert result["evidence"][0]["source_key"] == "bridge.txt"
+
+
+def test_graph_mode_on_a_version_without_a_passage_graph_says_how_to_build_one(small_graph):
+    searcher = Searcher(str(small_graph))
+    searcher.index.manifest["vector_indexes"].pop("graph")
+    with pytest.raises(ValueError, match="no passage graph.*graphwright index"):
+        searcher.search("Who is Brin Tallow?", "graph", 5)
 
 
 # -- global: map-reduce over reports -------------------------------------------------------------

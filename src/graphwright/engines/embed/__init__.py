@@ -55,6 +55,11 @@ def make_embedder(config: EmbedConfig):
     return _cached_embedder(config.model_dump_json())
 
 
+def make_query_embedder(config: EmbedConfig):
+    """The embedder a query process encodes questions with: the same vectors as make_embedder's."""
+    return make_embedder(config)
+
+
 class EmbedBatch:
     """Batch function: rows with a `text` -> the same rows with a `vector` instead."""
 
