@@ -81,14 +81,14 @@ def versions(tmp_path_factory):
 
 def test_the_manifest_pins_lexical_indexes_synonyms_and_the_passage_graph(indexed):
     pinned = load_manifest(indexed.store)["vector_indexes"]
-    assert {"lexical:chunk", "lexical:entity", "lexical:relationship", "graph", "synonyms"} <= set(pinned)
+    assert {"lexical:chunk", "lexical:entity", "lexical:relationship", "lexical:report", "graph", "synonyms"} <= set(pinned)
     for path in pinned.values():
         assert (indexed.index / path).exists()
 
 
 def test_an_update_equals_a_fresh_build(versions):
     _, _, updated, fresh = versions
-    for kind in ("chunk", "entity", "relationship"):
+    for kind in ("chunk", "entity", "relationship", "report"):
         assert _lexical_rows(updated, kind) == _lexical_rows(fresh, kind), kind
     assert _synonyms(updated) == _synonyms(fresh)
     assert _graph_edges(updated) == _graph_edges(fresh)
@@ -164,6 +164,8 @@ def test_lookups_from_lexical_indexes_equal_the_tables(indexed):
         assert (r["name"], r["type"], r["description"], r["n_chunks"]) == (e["name"], e["type"], e["description"], len(e["chunk_ids"]))
         assert r["chunk_ids"] == e["chunk_ids"][:10] and sorted(searcher.entity_chunks(r)) == sorted(e["chunk_ids"])
     assert "missing" not in rows
+    reports = indexed.store.read("community_reports", columns=["community_id", "level", "title", "summary", "rating", "full_content"]).to_pylist()
+    assert searcher.reports([r["community_id"] for r in reports]) == {r["community_id"]: r for r in reports}
 
 
 @pytest.mark.parametrize("question", ['"unbalanced quote', "title:(x OR", "a" * 20000, "\x00\x1f", "", "the of and"])

@@ -235,6 +235,9 @@ class Searcher:
             rows = ensure_reports(self.index.store, list(community_ids), self.config.report, self.llm,
                                   pins=self.index.manifest["table_versions"])
             return {r["community_id"]: {k: r[k] for k in cols} for r in rows}
+        store = self.lexical("report")
+        if store is not None:
+            return {c: {"community_id": c, **row} for c, row in store.rows(community_ids).items()}
         return {r["community_id"]: r for r in self._read_in("community_reports", "community_id", community_ids, cols)}
 
     def reports_of_entities(self, entity_ids, limit: int = 5) -> list[dict]:

@@ -4,7 +4,8 @@
 - entity: its name and aliases; stores name, type, description, degree, chunk count and the first
   chunk and document ids;
 - relationship: its description (the "fact" a question is matched to; one without a description
-  states nothing and matches nothing); stores the relationship row, its lists cut the same way.
+  states nothing and matches nothing); stores the relationship row, its lists cut the same way;
+- report: a community report's text; stores its level, title, summary, rating and text.
 
 Each is brought from the published version's index to the current tables by deleting what was
 removed or changed and adding what is new or changed (matched by a hash of each item's indexed
@@ -27,7 +28,7 @@ from graphwright.engines import lexical
 from graphwright.storage import manifest
 from graphwright.storage.delta import IndexStore
 
-KINDS = ("chunk", "entity", "relationship")
+KINDS = ("chunk", "entity", "relationship", "report")
 LIST_ITEMS = 10  # ids kept in a stored row's chunk_ids / doc_ids (what the query modes return)
 
 
@@ -135,5 +136,10 @@ def _batches(store: IndexStore, kind: str) -> Iterator[pa.Table]:
                             "n_chunks": pc.list_value_length(batch.column("chunk_ids")),
                             "chunk_ids": pc.list_slice(batch.column("chunk_ids"), 0, LIST_ITEMS),
                             "doc_ids": pc.list_slice(batch.column("doc_ids"), 0, LIST_ITEMS)})
+    elif kind == "report":
+        columns = ["community_id", "level", "title", "summary", "rating", "full_content"]
+        for batch in store.scanner("community_reports")(columns):
+            yield pa.table({"item_id": batch.column("community_id"), "body": batch.column("full_content"),
+                            **{c: batch.column(c) for c in columns[1:]}})
     else:
         raise ValueError(f"no lexical index for {kind!r}")
