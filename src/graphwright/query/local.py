@@ -51,7 +51,8 @@ def search(searcher, question: str, q: np.ndarray, top_k: int) -> dict:
     text_budget = int(budget * qc.local_text_unit_prop)
     report_budget = int(budget * qc.local_community_prop)
     graph_budget = (budget - text_budget - report_budget) // 2
-    evidence, text_used = take_within(evidence, [e["text"] for e in evidence], text_budget, at_least=1)
+    evidence, text_used = take_within(evidence, [e["text"] for e in evidence], text_budget, at_least=1,
+                                      counts=[e.get("n_tokens") for e in evidence])
     reports, report_used = take_within(reports, [r["full_content"] for r in reports], report_budget)
     entities, entity_used = take_within(entities, [entity_line(e) for e in entities], graph_budget)
     relationships, rel_used = take_within(relationships, [relationship_line(r) for r in relationships], graph_budget)

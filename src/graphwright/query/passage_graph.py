@@ -30,7 +30,9 @@ class PassageGraph:
                     shutil.move(downloaded, base / f"{name}.npy")
         else:
             base = Path(files.location) / folder
-        arrays = {name: np.load(base / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+        # mapped, not read: a query touches the rows near its seeds (plain ndarray views: numpy's
+        # memmap subclass costs microseconds on every slice)
+        arrays = {name: np.load(base / f"{name}.npy", mmap_mode="r").view(np.ndarray) for name in ARRAYS}
         self.entity_ids, self.chunk_ids = arrays["entity_ids"], arrays["chunk_ids"]
         self.indptr, self.indices = arrays["indptr"], arrays["indices"]
         self.weights, self.kinds = arrays["weights"], arrays["kinds"]
@@ -77,15 +79,22 @@ class PassageGraph:
 
     def relationship_pairs(self, entity_nodes, touching: bool = False) -> list[tuple[int, int, float]]:
         """(a, b, weight) of the relationship edges among `entity_nodes` (or, `touching`, with at
-        least one end among them), each pair once."""
-        chosen = set(int(e) for e in entity_nodes if e >= 0)
-        pairs = {}
-        for a in chosen:
-            neighbours, weights, kinds = self.row(a)
-            for b, w in zip(neighbours[kinds == RELATIONSHIP].tolist(), weights[kinds == RELATIONSHIP].tolist()):
-                if touching or b in chosen:
-                    pairs[(min(a, b), max(a, b))] = w
-        return [(a, b, w) for (a, b), w in pairs.items()]
+        least one end among them), each pair once, a < b."""
+        chosen = np.unique(np.asarray([e for e in entity_nodes if e >= 0], dtype=np.int64))
+        if not len(chosen):
+            return []
+        starts, ends = self.indptr[chosen], self.indptr[chosen + 1]
+        lengths = ends - starts
+        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        owner = np.repeat(chosen, lengths)
+        other = np.asarray(self.indices[offsets], dtype=np.int64)
+        keep = np.asarray(self.kinds[offsets]) == RELATIONSHIP
+        if not touching:
+            keep &= np.isin(other, chosen)
+        a, b, w = owner[keep], other[keep], np.asarray(self.weights[offsets])[keep]
+        low, high = np.minimum(a, b), np.maximum(a, b)
+        _, first = np.unique(low * (self.n_entities + self.n_chunks) + high, return_index=True)
+        return list(zip(low[first].tolist(), high[first].tolist(), w[first].tolist()))
 
     # -- PageRank -------------------------------------------------------------------------------
 

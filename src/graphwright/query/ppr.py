@@ -34,8 +34,9 @@ def personalized_pagerank(indptr: np.ndarray, indices: np.ndarray, weights: np.n
     estimate = np.zeros(n, np.float64)
     np.add.at(residual, seeds, reset / reset.sum())
     degree = np.diff(indptr)
-    touched = [np.unique(seeds)]
-    frontier = touched[0]
+    touched = np.zeros(n, dtype=bool)
+    frontier = np.unique(seeds)
+    touched[frontier] = True
     visits = 0
     while len(frontier) and visits < MAX_EDGE_VISITS:
         mass = residual[frontier]
@@ -55,10 +56,10 @@ def personalized_pagerank(indptr: np.ndarray, indices: np.ndarray, weights: np.n
         with np.errstate(divide="ignore", invalid="ignore"):
             per_weight = np.where(lengths > 0, damping * mass / out_weight[frontier], 0.0)
         np.add.at(residual, targets, np.repeat(per_weight, lengths) * weights[offsets])
-        candidates = np.unique(targets)
-        touched.append(candidates)
-        frontier = candidates[residual[candidates] > epsilon * np.maximum(degree[candidates], 1)]
-    nodes = np.unique(np.concatenate(touched))
+        touched[targets] = True
+        over = targets[residual[targets] > epsilon * np.maximum(degree[targets], 1)]
+        frontier = np.unique(over) if len(over) else over
+    nodes = np.flatnonzero(touched)
     scores = estimate[nodes]
     nonzero = scores > 0
     return nodes[nonzero], scores[nonzero]

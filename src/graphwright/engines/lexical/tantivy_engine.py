@@ -106,13 +106,13 @@ class TantivyIndex:
         tokens = self.analyzer.analyze(text[:MAX_QUERY_CHARS])
         return list(dict.fromkeys(tokens))[:MAX_QUERY_TERMS]
 
-    def search(self, text: str, k: int) -> list[tuple[str, float, dict]]:
-        """The `k` best items by BM25 of `text` against their body: (item id, score, row)."""
+    def search(self, text: str, k: int) -> list[tuple[str, float]]:
+        """The `k` best items by BM25 of `text` against their body: (item id, score)."""
         terms = self.terms(text)
         if not terms or k < 1:
             return []
         query = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(self.schema, "body", t)) for t in terms])
-        return [self._hit(score, address) for score, address in self.searcher.search(query, k, count=False).hits]
+        return [(self.searcher.doc(address)["item_id"][0], float(score)) for score, address in self.searcher.search(query, k, count=False).hits]
 
     def rows(self, item_ids: Iterable[str]) -> dict[str, dict]:
         """The stored rows of the items `item_ids` that the index holds."""
@@ -120,9 +120,8 @@ class TantivyIndex:
         if not wanted:
             return {}
         query = tantivy.Query.term_set_query(self.schema, "item_id", wanted)
-        hits = self.searcher.search(query, len(wanted), count=False).hits
-        return {item_id: row for item_id, _, row in (self._hit(0.0, address) for _, address in hits)}
-
-    def _hit(self, score: float, address) -> tuple[str, float, dict]:
-        doc = self.searcher.doc(address)
-        return doc["item_id"][0], float(score), json.loads(bytes(doc["row"][0]))
+        rows = {}
+        for _, address in self.searcher.search(query, len(wanted), count=False).hits:
+            doc = self.searcher.doc(address)
+            rows[doc["item_id"][0]] = json.loads(bytes(doc["row"][0]))
+        return rows

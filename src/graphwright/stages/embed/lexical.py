@@ -1,6 +1,6 @@
 """Embed: the lexical (BM25) indexes of an index (engines.lexical), one per kind:
 
-- chunk: the document's title and the chunk's text; stores the text, doc_id, title and source key;
+- chunk: the document's title and the chunk's text; stores the text, its tokens, doc_id, title and source key;
 - entity: its name and aliases; stores name, type, description, degree, chunk count and the first
   chunk and document ids;
 - relationship: its description (the "fact" a question is matched to; one without a description
@@ -107,13 +107,13 @@ def _batches(store: IndexStore, kind: str) -> Iterator[pa.Table]:
     if kind == "chunk":
         docs = store.read("documents", columns=["doc_id", "title", "source_key"])
         doc_keys = docs.column("doc_id").combine_chunks()
-        for batch in store.scanner("chunks")(["chunk_id", "doc_id", "text"]):
+        for batch in store.scanner("chunks")(["chunk_id", "doc_id", "text", "n_tokens"]):
             at = pc.index_in(batch.column("doc_id"), value_set=doc_keys)
             title, key = docs.column("title").take(at), docs.column("source_key").take(at)
             title = pc.fill_null(title, "")
             yield pa.table({"item_id": batch.column("chunk_id"),
                             "body": pc.binary_join_element_wise(title, batch.column("text"), "\n"),
-                            "doc_id": batch.column("doc_id"), "text": batch.column("text"),
+                            "doc_id": batch.column("doc_id"), "text": batch.column("text"), "n_tokens": batch.column("n_tokens"),
                             "title": title, "source_key": pc.fill_null(key, "")})
     elif kind == "entity":
         aliases = store.read("entity_aliases", columns=["entity_id", "alias"]).group_by("entity_id").aggregate([("alias", "list")])
