@@ -143,6 +143,8 @@ def main() -> int:
     p.add_argument("--baseline-src", type=Path, help="a checkout's src/ whose modes are measured as 'before' rows")
     p.add_argument("--baseline-modes", default="naive,local,graph")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a query setting for every mode, e.g. graph_facts=0")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL=MODE[:KEY=VALUE,...]",
+                   help="one more row: a mode with its own query settings, e.g. 'wide=graph:graph_passage_weight=0.5'")
     p.add_argument("--bootstrap", type=int, default=2000)
     p.add_argument("--json", type=Path, help="also write every figure and per-question result here")
     a = p.parse_args()
@@ -154,6 +156,10 @@ def main() -> int:
 
     common = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in a.set)}
     variants = {m: (m, dict(common)) for m in a.modes.split(",")}
+    for item in a.variant:
+        label, _, spec = item.partition("=")
+        mode, _, settings = spec.partition(":")
+        variants[label] = (mode, {**common, **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in settings.split(",") if kv)}})
     if a.ablation:
         variants |= {label: ("fusion" if label.startswith("fusion") else "graph", {**common, **s}) for label, s in ABLATION.items()}
     a.indexes.mkdir(parents=True, exist_ok=True)

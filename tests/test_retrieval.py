@@ -148,3 +148,14 @@ def test_iterative_retrieval_keeps_the_first_ranking_when_the_llm_fails(indexed_
     result = query(index, "Who fails at Port Elling?", mode="local", top_k=4, answer=False, steps=3)
     assert result["ircot"]["steps"] == [] and "error" in result["ircot"]
     assert [e["chunk_id"] for e in result["evidence"]] == [e["chunk_id"] for e in plain["evidence"]]
+
+
+def test_top_keys_without_a_full_sort_equal_a_full_sort():
+    from graphwright.query.local import _top
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        key, ids = rng.integers(0, 5, n), np.sort(rng.choice(1000, n, replace=False))
+        limit = int(rng.integers(1, 70))
+        assert list(_top(key, ids, limit)) == list(np.lexsort((ids, -key))[:limit])

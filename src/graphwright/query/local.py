@@ -89,10 +89,15 @@ def entity_chunks(searcher, entities: list[dict], boost: dict[str, float], limit
         return {}, lambda c: []
     chunks = np.concatenate([p for p, _ in parts])
     weights = np.concatenate([np.full(len(p), w) for p, w in parts])
-    unique, inverse, counts = np.unique(chunks, return_inverse=True, return_counts=True)
-    best = np.full(len(unique), -np.inf)
-    np.maximum.at(best, inverse, weights)
-    top = np.lexsort((unique, -counts, -best))[:limit]
+    # counted over the node range, not sorted: a hub entity lists most of the corpus's chunks
+    counts = np.bincount(chunks, minlength=graph.n_entities + graph.n_chunks)
+    best = np.full(len(counts), -np.inf)
+    np.maximum.at(best, chunks, weights)
+    candidates = np.flatnonzero(counts)  # in node order, which is chunk id order
+    levels = np.unique([w for _, w in parts])  # one boost per entity: few distinct values
+    key = np.searchsorted(levels, best[candidates]) * (len(parts) + 1) + counts[candidates]
+    top = _top(key, candidates, limit)
+    unique, best = candidates, best[candidates]
     selected = {n: i for i, n in enumerate(nodes.tolist()) if n >= 0}
 
     def mentioned_by(chunk_id: str) -> list[str]:
@@ -101,6 +106,17 @@ def entity_chunks(searcher, entities: list[dict], boost: dict[str, float], limit
         return [entities[i]["entity_id"] for i in sorted(found)]
 
     return dict(zip(graph.ids(unique[top]), best[top].tolist())), mentioned_by
+
+
+def _top(key: np.ndarray, ids: np.ndarray, limit: int) -> np.ndarray:
+    """Positions of the `limit` largest keys, ties by id, in that order, without sorting them all."""
+    if len(key) > limit:
+        kth = np.partition(key, len(key) - limit)[len(key) - limit]
+        above = np.flatnonzero(key > kth)
+        chosen = np.concatenate([above, np.flatnonzero(key == kth)[: limit - len(above)]])  # ids ascend
+    else:
+        chosen = np.arange(len(key))
+    return chosen[np.lexsort((ids[chosen], -key[chosen]))]
 
 
 def entity_line(e: dict) -> str:

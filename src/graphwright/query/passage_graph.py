@@ -35,7 +35,7 @@ class PassageGraph:
         arrays = {name: np.load(base / f"{name}.npy", mmap_mode="r").view(np.ndarray) for name in ARRAYS}
         self.entity_ids, self.chunk_ids = arrays["entity_ids"], arrays["chunk_ids"]
         self.indptr, self.indices = arrays["indptr"], arrays["indices"]
-        self.weights, self.kinds = arrays["weights"], arrays["kinds"]
+        self.weights, self.kinds, self.chunk_counts = arrays["weights"], arrays["kinds"], arrays["chunk_counts"]
         self.n_entities, self.n_chunks = len(self.entity_ids), len(self.chunk_ids)
         self.degree = np.diff(self.indptr)
 
@@ -67,8 +67,9 @@ class PassageGraph:
         return self.indices[a:b], self.weights[a:b], self.kinds[a:b]
 
     def chunk_count(self, entity_nodes) -> np.ndarray:
-        """Chunks each entity is mentioned in (its node specificity's denominator)."""
-        return np.asarray([int((self.row(int(e))[2] == MENTION).sum()) if e >= 0 else 0 for e in entity_nodes])
+        """Chunks each entity is mentioned in (its node specificity's denominator); 0 for -1."""
+        nodes = np.asarray(entity_nodes, dtype=np.int64)
+        return np.where(nodes >= 0, self.chunk_counts[np.maximum(nodes, 0)], 0) if len(nodes) else np.zeros(0, np.int64)
 
     def chunks_of(self, entity_node: int) -> np.ndarray:
         neighbours, _, kinds = self.row(entity_node)

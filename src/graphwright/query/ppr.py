@@ -6,9 +6,10 @@ million passages).
 Each node holds an estimate p and a residual r (r starts as the normalised reset vector). A
 node whose residual exceeds `epsilon` times its degree is pushed: it keeps (1 - damping) of the
 residual in p and hands the rest to its neighbours in proportion to the edge weights. All such
-nodes are pushed at once per round, as numpy operations. Every node's estimate is within
-epsilon x its degree of the exact value; a node without edges keeps all of its residual (as if
-it had a loop), so a reset weight on a passage with no entities still ranks it.
+nodes are pushed at once per round, as numpy operations. At the end each node's remaining
+residual adds the share a push would keep. Every node's score is within epsilon x its degree
+of the exact value; a node without edges keeps all of its residual (as if it had a loop), so a
+reset weight on a passage with no entities still ranks it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ def personalized_pagerank(indptr: np.ndarray, indices: np.ndarray, weights: np.n
     np.add.at(residual, seeds, reset / reset.sum())
     degree = np.diff(indptr)
     touched = np.zeros(n, dtype=bool)
+    touched[seeds] = True
     frontier = np.unique(seeds)
-    touched[frontier] = True
+    # a seed with little reset weight for its degree (a hub entity) is not worth its edges
+    frontier = frontier[residual[frontier] > epsilon * np.maximum(degree[frontier], 1)]
     visits = 0
     while len(frontier) and visits < MAX_EDGE_VISITS:
         mass = residual[frontier]
@@ -60,6 +63,7 @@ def personalized_pagerank(indptr: np.ndarray, indices: np.ndarray, weights: np.n
         over = targets[residual[targets] > epsilon * np.maximum(degree[targets], 1)]
         frontier = np.unique(over) if len(over) else over
     nodes = np.flatnonzero(touched)
-    scores = estimate[nodes]
+    # what was never pushed still counts its first step: the estimate a push would have kept
+    scores = estimate[nodes] + (1.0 - damping) * residual[nodes]
     nonzero = scores > 0
     return nodes[nonzero], scores[nonzero]

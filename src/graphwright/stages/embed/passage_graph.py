@@ -5,7 +5,8 @@ edges between entities (their weight), and synonym edges between entities (their
 Written as a folder of numpy arrays, `graph/passage-<digest>/` (named by the table versions
 and the synonym file it was built from), so a query process maps it from disk instead of
 building it from the tables: node ids sorted (entities, then chunks), an undirected graph as
-CSR (each edge both ways) with each entry's weight and kind. meta.json is written last.
+CSR (each edge both ways) with each entry's weight and kind, and each entity's chunk count.
+meta.json is written last.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
 from graphwright.util.numeric import to_numpy
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST_KEY = "graph"
 MENTION, RELATIONSHIP, SYNONYM = 0, 1, 2  # edge kinds
-ARRAYS = ("entity_ids", "chunk_ids", "indptr", "indices", "weights", "kinds")
+ARRAYS = ("entity_ids", "chunk_ids", "indptr", "indices", "weights", "kinds", "chunk_counts")
 
 
 def write_passage_graph(store: IndexStore, synonyms: str | None) -> str:
@@ -79,7 +80,9 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
     order = np.argsort(src_all, kind="stable")
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(src_all, minlength=n), out=indptr[1:])
+    mentions = np.concatenate([a for a, k in zip(src, kind) if len(k) and k[0] == MENTION] or [np.zeros(0, np.int64)])
     arrays = {
+        "chunk_counts": np.bincount(mentions[mentions < n_entities], minlength=n_entities).astype(np.int64),
         "entity_ids": _fixed(entity_keys), "chunk_ids": _fixed(chunk_keys), "indptr": indptr,
         "indices": (np.concatenate(dst) if dst else np.zeros(0, np.int64))[order].astype(np.int32),
         "weights": (np.concatenate(weight) if weight else np.zeros(0, np.float32))[order],
