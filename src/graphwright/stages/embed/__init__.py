@@ -121,5 +121,5 @@ STAGE = Stage(
     writes=("embeddings", "vectors/", "lexical/", "graph/"),
     execute=execute, where=where, gpus=gpus,
     summary="embed what changed; update or build each kind's vector and lexical index, the synonyms and the passage graph",
-    engines=("embed: sentence-transformers | hashing | openai | vllm", "vectors: faiss | cuvs", "lexical: tantivy"),
+    engines=("embed: sentence-transformers | hashing | openai | vllm", "vectors: faiss | cuvs; lexical: tantivy"),
 )
