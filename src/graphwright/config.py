@@ -218,6 +218,8 @@ class QueryConfig(_Section):
     graph_passage_candidates: int = Field(100, ge=1)  # fused chunks seeded as passages
     graph_passage_weight: float = Field(0.05, ge=0)  # x a passage's min-max normalised fused score (HippoRAG 2)
     graph_facts: int = Field(5, ge=0)  # best-matching relationships whose ends seed the walk
+    # linked: only facts with an end the question names or links (a filter without an LLM)
+    graph_fact_filter: Literal["none", "linked"] = "none"
     graph_links: bool = True  # also seed the entities the question names or whose names its keys match
     graph_link_top: int = Field(5, ge=1)  # entity seeds kept
     graph_seeds_per_key: int = Field(2, ge=1)  # nearest entity names of each name-like key of the question

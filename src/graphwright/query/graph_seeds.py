@@ -3,7 +3,8 @@ matches and from the names it links, and passage seeds from the fused dense + BM
 
 - Facts: relationships ranked by BM25 over their description and, where the version has
   relationship vectors (embed.relationships), by vector similarity; a fact scores its score over
-  the best one's, averaged over the two lists; the best `graph_facts` are kept. With the
+  the best one's, averaged over the two lists; the best `graph_facts` are kept (with
+  `graph_fact_filter: linked`, the best of those with an end the question links). With the
   LLM extractor a relationship's description states the fact; with the `nlp` extractor it is
   the sentence the two names share, so fact matching there is matching the question to
   sentences that name two entities.
@@ -50,7 +51,7 @@ def matched_facts(searcher, question: str, q: np.ndarray) -> list[tuple[dict, fl
         for r, s in ranked:
             if best > 0 and s > 0:
                 combined[r] = combined.get(r, 0.0) + s / best / len(lists)
-    top = sorted(combined.items(), key=lambda t: (-t[1], t[0]))[: qc.graph_facts]
+    top = sorted(combined.items(), key=lambda t: (-t[1], t[0]))[: qc.graph_facts if qc.graph_fact_filter == "none" else None]
     rows = searcher.relationships([r for r, _ in top])
     return [(rows[r], s) for r, s in top if r in rows]
 
@@ -77,12 +78,15 @@ def entity_seeds(searcher, question: str, q: np.ndarray) -> tuple[dict[int, floa
     qc = searcher.config.query
     graph = searcher.graph
     facts = matched_facts(searcher, question, q)
+    linked = linked_entities(searcher, question, q) if qc.graph_links or qc.graph_fact_filter == "linked" else {}
+    if qc.graph_fact_filter == "linked":  # a fact fits the question when it involves an entity the question names
+        facts = [(r, s) for r, s in facts if r["source_id"] in linked or r["target_id"] in linked][: qc.graph_facts]
     sums: dict[str, list[float]] = {}
     for row, score in facts:
         for e in (row["source_id"], row["target_id"]):
             sums.setdefault(e, []).append(score)
     if qc.graph_links:
-        for e, score in linked_entities(searcher, question, q).items():
+        for e, score in linked.items():
             sums.setdefault(e, []).append(score)
     if not sums:
         return {}, []
