@@ -43,6 +43,7 @@ ABLATION = {
     "graph -synonyms": {"graph_synonym_weight": 0.0},
     "graph -relationship edges": {"graph_relationship_weight": 0.0},
     "graph -passage seeds": {"graph_passage_weight": 0.0},
+    "graph -rank fusion (PPR only)": {"graph_fusion_weight": 0.0},
     "graph -bm25 (dense seeds)": {"fusion_lexical_weight": 0.0},
     "graph +steiner": {"graph_steiner": True},
     "fusion -bm25 (= naive)": {"fusion_lexical_weight": 0.0},

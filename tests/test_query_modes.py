@@ -107,9 +107,10 @@ def _keys(result):
 
 
 def graph_search(index, question: str, **settings) -> dict:
-    """Graph mode walking from the question's entities alone (no passage seeds, no facts), plus `settings`."""
+    """Graph mode walking from the question's entities alone (no passage seeds, no facts, chunks
+    ranked by PageRank alone), plus `settings`."""
     searcher = Searcher(str(index))
-    searcher.config = make_config(query={"graph_passage_weight": 0.0, "graph_facts": 0, **settings})
+    searcher.config = make_config(query={"graph_passage_weight": 0.0, "graph_facts": 0, "graph_fusion_weight": 0.0, **settings})
     return searcher.attach_titles(searcher.search(question, "graph", 5))
 
 
@@ -141,6 +142,29 @@ def test_passage_seeds_add_the_chunks_the_fused_ranking_finds(small_graph):
     assert "far.txt" not in _keys(graph_search(small_graph, question))  # no path from Brin Tallow
     seeded = graph_search(small_graph, question, graph_passage_weight=0.05)
     assert "far.txt" in _keys(seeded)  # BM25 and vector search find it: a seed of its own
+
+
+def test_the_final_ranking_fuses_the_walk_with_the_fused_ranking(small_graph):
+    question = "Who is Brin Tallow, and who painted the lighthouse?"
+    assert "far.txt" not in _keys(graph_search(small_graph, question))  # no path, no passage seed: PageRank alone misses it
+    fused = graph_search(small_graph, question, graph_fusion_weight=1.0)
+    assert "far.txt" in _keys(fused)  # BM25 and vector search rank it: the fused list brings it in
+    walked = set(_keys(graph_search(small_graph, question)))
+    assert walked <= set(_keys(fused))  # and the walk's chunks stay
+
+
+def test_final_ranking_merges_by_reciprocal_rank():
+    from graphwright.query.graph import final_ranking
+
+    ids, mass = ["a", "b", "c"], np.array([0.5, 0.3, 0.2])
+    fused = [("c", 0.9), ("d", 0.8)]
+    assert final_ranking(ids, mass, fused, 3, 0.0) == [("a", 0.5), ("b", 0.3), ("c", 0.2)]  # PageRank alone
+    top = final_ranking(ids, mass, fused, 4, 1.0)
+    assert [c for c, _ in top][0] == "c"  # third by the walk, first by search: 1/63 + 1/61 beats 1/61
+    assert {c for c, _ in top} == {"a", "b", "c", "d"}
+    assert [c for c, _ in final_ranking(ids, mass, fused, 4, 1.0, pruned=True)] == ["c", "a", "b"]  # d is not in the tree
+    assert final_ranking([], np.zeros(0), fused, 2, 1.0) == fused  # nothing reached: the fused ranking
+    assert final_ranking([], np.zeros(0), fused, 2, 1.0, pruned=True) == []
 
 
 def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):

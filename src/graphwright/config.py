@@ -218,6 +218,9 @@ class QueryConfig(_Section):
     graph_passage_candidates: int = Field(100, ge=1)  # fused chunks seeded as passages
     graph_passage_weight: float = Field(0.05, ge=0)  # x a passage's min-max normalised fused score (HippoRAG 2)
     graph_facts: int = Field(5, ge=0)  # best-matching relationships whose ends seed the walk
+    # the final passage ranking: the PageRank ranking and the fused ranking merged by reciprocal
+    # rank, the fused one with this weight (the walk's weight is 1; 0: PageRank alone, as HippoRAG 2)
+    graph_fusion_weight: float = Field(1.0, ge=0)
     # linked: only facts with an end the question names or links (a filter without an LLM)
     graph_fact_filter: Literal["none", "linked"] = "none"
     graph_links: bool = True  # also seed the entities the question names or whose names its keys match

@@ -1,7 +1,12 @@
 """Graph-native retrieval, HippoRAG 2 style: personalized PageRank over the passage graph
 (stages.embed.passage_graph: entity and chunk nodes, chunk-entity, relationship and synonym
 edges), restarting at the entities of the facts and names the question matches and at the
-passages the fused dense + BM25 ranking finds (graph_seeds); chunks rank by their PageRank.
+passages the fused dense + BM25 ranking finds (graph_seeds). The answer's passages are the
+PageRank ranking of the chunks merged by reciprocal rank fusion with that fused ranking
+(`graph_fusion_weight` its weight, the walk's 1; 0: chunks rank by their PageRank alone, as in
+HippoRAG 2): the walk is one more ranked list beside BM25 and vectors, so a passage that direct
+search ranks first is not pushed down by the mass that flows to the seed entities' other chunks,
+which grows with the corpus (hub entities, names shared by unrelated pages).
 
 PageRank runs by forward push (query.ppr), so its cost follows the seeds' neighbourhoods, not
 the index's size. `graph_relationship_weight` and `graph_synonym_weight` scale those edge
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphwright.query.fusion import reciprocal_rank_fusion
 from graphwright.query.graph_seeds import entity_seeds, passage_seeds
 
 VIA_NAMES = 8  # entity names listed per evidence chunk
@@ -48,11 +54,7 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, **_) -> dict:
         mask = np.isin(top_entities, list(kept))
         top_entities, entity_mass = top_entities[mask], entity_mass[mask]
     chunk_ids = graph.ids(chunk_nodes)
-    order = sorted(range(len(chunk_ids)), key=lambda i: (-chunk_mass[i], chunk_ids[i]))[:top_k]
-    if not order and not qc.graph_steiner:  # nothing reached: the fused ranking as it is
-        scored = fused[:top_k]
-    else:
-        scored = [(chunk_ids[i], float(chunk_mass[i])) for i in order]
+    scored = final_ranking(chunk_ids, chunk_mass, fused, top_k, qc.graph_fusion_weight, pruned=qc.graph_steiner)
 
     entity_mass_of = dict(zip(top_entities.tolist(), entity_mass.tolist()))
     chunk_node_of = dict(zip(chunk_ids, chunk_nodes.tolist()))
@@ -77,6 +79,25 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, **_) -> dict:
                           for r in searcher.relationships_among(selected, limit=20)],
         **({"tree": tree} if tree is not None else {}),
     }
+
+
+def final_ranking(chunk_ids: list[str], mass: np.ndarray, fused: list[tuple[str, float]], top_k: int,
+                  fusion_weight: float, pruned: bool = False) -> list[tuple[str, float]]:
+    """The top_k (chunk id, score): the chunks by PageRank `mass` (ties by id), merged by
+    reciprocal rank fusion with the `fused` ranking weighted `fusion_weight` (the fused score is
+    then the score); with weight 0, by mass alone. When the chunks were `pruned` (Steiner), only
+    those the tree kept may rank; otherwise, with nothing reached, the fused ranking as it is."""
+    order = sorted(range(len(chunk_ids)), key=lambda i: (-mass[i], chunk_ids[i]))
+    if not order:
+        return [] if pruned else fused[:top_k]
+    if fusion_weight <= 0 or not fused:
+        return [(chunk_ids[i], float(mass[i])) for i in order[:top_k]]
+    walked = [chunk_ids[i] for i in order]
+    found = [c for c, _ in fused]
+    if pruned:
+        kept = set(walked)
+        found = [c for c in found if c in kept]
+    return reciprocal_rank_fusion([walked, found], [1.0, fusion_weight])[:top_k]
 
 
 def prune_steiner(graph, entities: np.ndarray, mass: np.ndarray, terminals: int) -> tuple[set[int], dict]:
