@@ -153,18 +153,51 @@ def test_the_final_ranking_fuses_the_walk_with_the_fused_ranking(small_graph):
     assert walked <= set(_keys(fused))  # and the walk's chunks stay
 
 
+class _Chunks:
+    """The passage graph's id lookups over sorted chunk ids (node = position, no entities)."""
+
+    def __init__(self, ids):
+        self.sorted = sorted(ids)
+
+    def ids(self, nodes):
+        return [self.sorted[n] for n in np.asarray(nodes).tolist()]
+
+    def chunk_nodes(self, ids):
+        at = {c: i for i, c in enumerate(self.sorted)}
+        return np.array([at.get(c, -1) for c in ids], dtype=np.int64)
+
+
 def test_final_ranking_merges_by_reciprocal_rank():
     from graphwright.query.graph import final_ranking
 
-    ids, mass = ["a", "b", "c"], np.array([0.5, 0.3, 0.2])
-    fused = [("c", 0.9), ("d", 0.8)]
-    assert final_ranking(ids, mass, fused, 3, 0.0) == [("a", 0.5), ("b", 0.3), ("c", 0.2)]  # PageRank alone
-    top = final_ranking(ids, mass, fused, 4, 1.0)
-    assert [c for c, _ in top][0] == "c"  # third by the walk, first by search: 1/63 + 1/61 beats 1/61
-    assert {c for c, _ in top} == {"a", "b", "c", "d"}
-    assert [c for c, _ in final_ranking(ids, mass, fused, 4, 1.0, pruned=True)] == ["c", "a", "b"]  # d is not in the tree
-    assert final_ranking([], np.zeros(0), fused, 2, 1.0) == fused  # nothing reached: the fused ranking
-    assert final_ranking([], np.zeros(0), fused, 2, 1.0, pruned=True) == []
+    graph = _Chunks(["a", "b", "c", "d", "e"])
+    nodes, mass = np.array([0, 1, 2]), np.array([0.5, 0.3, 0.2])  # a, b, c walked
+    fused = [("c", 0.9), ("d", 0.8), ("z", 0.7)]  # z is in no graph
+    assert final_ranking(graph, nodes, mass, fused, 3, 0.0) == [("a", 0.5), ("b", 0.3), ("c", 0.2)]  # PageRank alone
+    top = [c for c, _ in final_ranking(graph, nodes, mass, fused, 5, 1.0)]
+    assert top[0] == "c"  # third by the walk, first by search: 1/63 + 1/61 beats 1/61
+    assert top == ["c", "a", "b", "d", "z"]  # b and d tie at 1/62: by id
+    assert [c for c, _ in final_ranking(graph, nodes, mass, fused, 5, 1.0, pruned=True)] == ["c", "a", "b"]  # d is not in the tree
+    assert final_ranking(graph, nodes[:0], mass[:0], fused, 2, 1.0) == fused[:2]  # nothing reached: the fused ranking
+    assert final_ranking(graph, nodes[:0], mass[:0], fused, 2, 1.0, pruned=True) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_final_ranking_equals_the_fusion_of_the_whole_walk(seed):
+    from graphwright.query.fusion import reciprocal_rank_fusion
+    from graphwright.query.graph import final_ranking
+
+    rng = np.random.default_rng(seed)
+    ids = [f"{i:04x}" for i in range(400)]
+    graph = _Chunks(ids)
+    nodes = np.sort(rng.choice(400, 300, replace=False))
+    mass = rng.choice([0.1, 0.2, 0.3, 0.4], len(nodes)) * rng.random(len(nodes)).round(1)  # ties, and zeros
+    walked = [graph.sorted[n] for n in sorted(nodes.tolist(), key=lambda n: (-mass[list(nodes).index(n)], graph.sorted[n]))]
+    for depth in (3, 40):  # a short fused list leaves most of the top to the walk
+        fused = [(graph.sorted[i], 0.0) for i in rng.choice(400, depth, replace=False)] + [("zz", 0.0)]  # zz: in no graph
+        for k in (1, 2, 10, 50):
+            for w in (0.5, 1.0, 2.0):
+                assert final_ranking(graph, nodes, mass, fused, k, w) == reciprocal_rank_fusion([walked, [c for c, _ in fused]], [1.0, w])[:k]
 
 
 def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphwright.query.fusion import reciprocal_rank_fusion
+from graphwright.query.fusion import RRF_K
 from graphwright.query.graph_seeds import entity_seeds, passage_seeds
 
 VIA_NAMES = 8  # entity names listed per evidence chunk
@@ -53,11 +53,10 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, **_) -> dict:
         chunk_nodes, chunk_mass = chunk_nodes[keep], chunk_mass[keep]
         mask = np.isin(top_entities, list(kept))
         top_entities, entity_mass = top_entities[mask], entity_mass[mask]
-    chunk_ids = graph.ids(chunk_nodes)
-    scored = final_ranking(chunk_ids, chunk_mass, fused, top_k, qc.graph_fusion_weight, pruned=qc.graph_steiner)
+    scored = final_ranking(graph, chunk_nodes, chunk_mass, fused, top_k, qc.graph_fusion_weight, pruned=qc.graph_steiner)
 
     entity_mass_of = dict(zip(top_entities.tolist(), entity_mass.tolist()))
-    chunk_node_of = dict(zip(chunk_ids, chunk_nodes.tolist()))
+    chunk_node_of = {c: n for (c, _), n in zip(scored, graph.chunk_nodes([c for c, _ in scored]).tolist()) if n >= 0}
     via_nodes = {c: sorted(graph.entities_of(chunk_node_of[c]).tolist(), key=lambda e: -entity_mass_of.get(e, 0.0))[:VIA_NAMES]
                  for c, _ in scored if c in chunk_node_of}
     shown = top_entities[:20]
@@ -81,23 +80,40 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, **_) -> dict:
     }
 
 
-def final_ranking(chunk_ids: list[str], mass: np.ndarray, fused: list[tuple[str, float]], top_k: int,
+def final_ranking(graph, nodes: np.ndarray, mass: np.ndarray, fused: list[tuple[str, float]], top_k: int,
                   fusion_weight: float, pruned: bool = False) -> list[tuple[str, float]]:
-    """The top_k (chunk id, score): the chunks by PageRank `mass` (ties by id), merged by
-    reciprocal rank fusion with the `fused` ranking weighted `fusion_weight` (the fused score is
-    then the score); with weight 0, by mass alone. When the chunks were `pruned` (Steiner), only
-    those the tree kept may rank; otherwise, with nothing reached, the fused ranking as it is."""
-    order = sorted(range(len(chunk_ids)), key=lambda i: (-mass[i], chunk_ids[i]))
-    if not order:
+    """The top_k (chunk id, score): the chunk `nodes` (ascending) by PageRank `mass` (ties by id),
+    merged by reciprocal rank fusion with the `fused` ranking weighted `fusion_weight` (the fused
+    score is then the score; the same figures as fusion.reciprocal_rank_fusion over the two
+    lists); with weight 0, by mass alone. When the chunks were `pruned` (Steiner), only those the
+    tree kept may rank; otherwise, with nothing reached, the fused ranking as it is.
+
+    The walk reaches tens of thousands of chunks on a large index; only the ids that can rank are
+    decoded: the fused chunks and the walk's first top_k (a chunk below those that the fused list
+    does not hold scores less than each of them)."""
+    if not len(nodes):
         return [] if pruned else fused[:top_k]
+    order = np.lexsort((nodes, -mass))  # node order is id order: the graph's chunk ids are sorted
     if fusion_weight <= 0 or not fused:
-        return [(chunk_ids[i], float(mass[i])) for i in order[:top_k]]
-    walked = [chunk_ids[i] for i in order]
-    found = [c for c, _ in fused]
+        top = order[:top_k]
+        return list(zip(graph.ids(nodes[top]), mass[top].tolist()))
+    found = list(dict.fromkeys(c for c, _ in fused))
+    found_nodes = graph.chunk_nodes(found)
+    at = np.minimum(np.searchsorted(nodes, found_nodes), len(nodes) - 1)
+    reached = nodes[at] == found_nodes
     if pruned:
-        kept = set(walked)
-        found = [c for c in found if c in kept]
-    return reciprocal_rank_fusion([walked, found], [1.0, fusion_weight])[:top_k]
+        found = [c for c, r in zip(found, reached.tolist()) if r]
+        at = at[reached]
+        reached = reached[reached]
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    head = order[:top_k]
+    walk_rank = dict(zip(graph.ids(nodes[head]), range(1, len(head) + 1)))
+    walk_rank |= {c: int(rank[a]) for c, a, r in zip(found, at.tolist(), reached.tolist()) if r}
+    scores = {c: 1.0 / (RRF_K + r) for c, r in walk_rank.items()}
+    for r, c in enumerate(found, 1):
+        scores[c] = scores.get(c, 0.0) + fusion_weight / (RRF_K + r)
+    return sorted(scores.items(), key=lambda t: (-t[1], t[0]))[:top_k]
 
 
 def prune_steiner(graph, entities: np.ndarray, mass: np.ndarray, terminals: int) -> tuple[set[int], dict]:
