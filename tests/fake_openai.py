@@ -11,7 +11,6 @@ It also answers the prompts of the reference engines that read and write our exp
 from __future__ import annotations
 
 import json
-import re
 import threading
 from http.server import BaseHTTPRequestHandler
 
@@ -28,6 +27,7 @@ class FakeOpenAI(LoopbackServer):
         self.requests: list[dict] = []
         self.faults: dict[str, list[str]] = {}  # marker in the chunk -> behaviours to apply, in order
         self.zero_score_markers: list[str] = []  # global map points on reports whose title has one score 0
+        self.reasoning: list[str] = []  # replies to iterative-retrieval (IRCoT) prompts, in order; then "So the answer is: unknown."
         self.lock = threading.Lock()
         self.embedder = HashingEmbedder(EmbedConfig(engine="hashing", dim=32))
         super().__init__(self._handler(), port=port)
@@ -51,6 +51,10 @@ class FakeOpenAI(LoopbackServer):
         reference = reference_answer(body["messages"])
         if reference is not None:
             return reference
+        system = body["messages"][0]["content"]
+        if "one step at a time, from the numbered paragraphs" in system:  # an IRCoT reasoning step
+            with self.lock:
+                return self.reasoning.pop(0) if self.reasoning else "So the answer is: unknown."
         return standin.answer(body["messages"], tuple(self.zero_score_markers))
 
     def _handler(self):

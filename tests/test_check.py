@@ -65,7 +65,7 @@ def test_an_emptied_latest_log_is_detected_not_served_empty_and_rolled_back(inde
     commit = latest_commit(index, "entities")
     commit.write_bytes(b"")
     with pytest.raises(StorageError, match=rf"table entities at Delta version {int(commit.stem)} .* commit file _delta_log/{commit.name} is empty"):
-        query(str(index), "Who keeps the harbor?", answer=False)
+        IndexStore(index).read("entities")  # queries take entity rows from the search files, not this table
     found = check(IndexStore(index))
     assert not found["ok"]
     (problem,) = [p for p in found["problems"] if p["table"] == "entities"]
@@ -87,15 +87,15 @@ def _data_lines(text: str) -> list[str]:
 
 
 def test_a_truncated_log_gives_one_line_naming_the_table(index):
-    commit = latest_commit(index, "relationships")
+    commit = latest_commit(index, "communities")  # a table the local mode reads (its rows come from the search files otherwise)
     commit.write_bytes(commit.read_bytes()[:150])
     with pytest.raises(StorageError) as raised:
         query(str(index), "Who keeps the harbor?", answer=False)
     message = str(raised.value)
-    assert "\n" not in message and "table relationships" in message and "graphwright check" in message
+    assert "\n" not in message and "table communities" in message and "graphwright check" in message
     result = cli("query", "Who keeps the harbor?", "--index", str(index), "--no-answer")
     assert result.exit_code == 74 and "Traceback" not in result.output and "<unknown>" not in result.output
-    (problem,) = [p for p in check(IndexStore(index))["problems"] if p["table"] == "relationships" and p["scope"] == "published"]
+    (problem,) = [p for p in check(IndexStore(index))["problems"] if p["table"] == "communities" and p["scope"] == "published"]
     assert "truncated or corrupt" in problem["detail"]
 
 
@@ -104,7 +104,7 @@ def test_a_deleted_parquet_file_is_named_and_the_rebuild_it_names_restores_the_i
     data_file = index / "tables" / "chunks" / sorted(_files_in_every_version(index, "chunks"))[0]
     data_file.unlink()
     with pytest.raises(StorageError, match=f"table chunks .* its data file {data_file.name} is missing"):
-        query(str(index), "Who keeps the harbor?", answer=False)
+        IndexStore(index).read("chunks")
     (problem,) = check(IndexStore(index))["problems"]
     assert problem["table"] == "chunks" and data_file.name in problem["detail"]
 
@@ -150,6 +150,30 @@ def test_a_deleted_or_altered_vector_file_is_named_and_rebuilt(index):
     (index / relative).write_bytes(bytes(raw))
     (problem,) = check(store)["problems"]
     assert "does not have the sha256 the manifest recorded" in problem["detail"]
+
+
+def test_a_missing_or_altered_search_file_is_named_and_rolled_back_to_an_intact_version(index):
+    from graphwright.storage.manifest import load_manifest
+
+    store = IndexStore(index)
+    pinned = load_manifest(store)["vector_indexes"]
+    folder = index / pinned["graph"].rsplit("/", 1)[0]
+    (folder / "indptr.npy").unlink()  # one array of the passage graph
+    (problem,) = check(store)["problems"]
+    assert problem["what"] == "search" and "indptr.npy is missing" in problem["detail"] and "roll back" in problem["repair"]
+    assert cli("check", "--index", str(index)).exit_code == 2
+    assert cli("check", "--index", str(index), "--repair").exit_code == 0
+    assert check(store)["ok"] and load_manifest(store)["vector_indexes"]["graph"] != pinned["graph"]
+    assert query(str(index), "Who keeps the harbor?", mode="graph", answer=False)["evidence"]
+
+    lexical = next(p for k, p in load_manifest(store)["vector_indexes"].items() if p.startswith("lexical/"))
+    version = json.loads((index / lexical).read_text())
+    segment = index / "lexical" / version["kind"] / version["files"][0]
+    raw = bytearray(segment.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    segment.write_bytes(bytes(raw))
+    (problem,) = check(store)["problems"]
+    assert problem["what"] == "search" and "does not have the sha256 the manifest recorded" in problem["detail"]
 
 
 def test_a_broken_log_at_the_latest_version_only_is_named_for_the_next_run(index):

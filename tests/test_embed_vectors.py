@@ -180,3 +180,39 @@ def test_a_cuvs_index_on_a_host_without_cuvs_is_a_clear_error(tmp_path):
     pq.write_table(pa.table({"item_id": ["a"]}).replace_schema_metadata({"index_kind": "cagra"}), tmp_path / "c.ids.parquet")
     with pytest.raises(ValueError, match="built with cuVS"):
         load_index(tmp_path / "c.faiss")
+
+
+QUERY_TEXTS = ["Who will carry the copper to Port Elling?", "If Gallu is a demon Lilu is what?", "naïve Zoë — ünïcode ✓ 東京",
+               "x", " ".join(["a long passage about the harbor and its ledgers"] * 60), ""]
+
+
+def test_query_embedder_gives_the_vectors_sentence_transformers_gives():
+    from graphwright.engines.embed import make_query_embedder
+    from graphwright.engines.embed.bert_numpy_engine import NumpyBertEmbedder
+
+    query = make_query_embedder(EmbedConfig())
+    assert isinstance(query, NumpyBertEmbedder)  # the bundled MiniLM runs without torch
+    ours, theirs = query.encode(QUERY_TEXTS), make_embedder(EmbedConfig()).encode(QUERY_TEXTS)  # long text: truncated alike
+    assert ours.shape == theirs.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, atol=2e-6)
+    np.testing.assert_allclose(query.encode(QUERY_TEXTS[:1])[0], ours[0], atol=2e-6)  # padding in a batch changes nothing
+
+
+def test_a_query_process_embeds_without_importing_torch(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom graphwright.config import EmbedConfig\nfrom graphwright.engines.embed import make_query_embedder\n"
+            "make_query_embedder(EmbedConfig()).encode(['Who is Tobias Reed?'])\n"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_an_unsupported_model_folder_is_embedded_by_sentence_transformers(tmp_path):
+    from graphwright.engines.embed.bert_numpy_engine import supports
+
+    assert not supports(tmp_path)  # nothing there
+    (tmp_path / "modules.json").write_text('[{"type": "sentence_transformers.models.Transformer", "path": ""}]')
+    (tmp_path / "config.json").write_text('{"model_type": "xlm-roberta", "hidden_act": "gelu"}')
+    assert not supports(tmp_path)

@@ -12,7 +12,7 @@ from graphwright.storage import contracts
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "graphwright"
 MAX_LINES = 400
-FILES = ("sources", "vectors/", "exports/")  # what stages read and write besides tables
+FILES = ("sources", "vectors/", "lexical/", "graph/", "exports/")  # what stages read and write besides tables
 
 
 def _module(path: Path) -> str:

@@ -92,7 +92,8 @@ def test_manifest_pins_the_tables_and_vector_files(indexed):
     manifest = load_manifest(indexed.store)
     assert manifest["version"] == 1
     assert manifest["table_versions"] == data_table_versions(indexed.store)
-    assert set(manifest["vector_indexes"]) == {"entity", "chunk", "report"}
+    assert set(manifest["vector_indexes"]) == {"entity", "chunk", "report", "entity_name", "lexical:chunk", "lexical:entity",
+                                               "lexical:relationship", "lexical:report", "synonyms", "graph"}
     for rel in manifest["vector_indexes"].values():
         assert (indexed.index / rel).exists()
 

@@ -107,9 +107,10 @@ def _keys(result):
 
 
 def graph_search(index, question: str, **settings) -> dict:
-    """Graph mode by PageRank alone (no dense similarity), plus `settings`."""
+    """Graph mode walking from the question's entities alone (no passage seeds, no facts, chunks
+    ranked by PageRank alone), plus `settings`."""
     searcher = Searcher(str(index))
-    searcher.config = make_config(query={"graph_dense_weight": 0.0, **settings})
+    searcher.config = make_config(query={"graph_passage_weight": 0.0, "graph_facts": 0, "graph_fusion_weight": 0.0, **settings})
     return searcher.attach_titles(searcher.search(question, "graph", 5))
 
 
@@ -129,11 +130,74 @@ def test_pagerank_reaches_entities_the_question_does_not_name(small_graph):
     assert mass["Brin Tallow"] > mass["Esk Marrow"] > mass.get("Orla Finch", 0) > 0
 
 
-def test_dense_weight_adds_the_chunks_nearest_the_question(small_graph):
-    question = "Who is Brin Tallow?"
-    assert "far.txt" not in _keys(graph_search(small_graph, question))
-    blended = graph_search(small_graph, question, graph_dense_weight=1.0)
-    assert "far.txt" in _keys(blended)  # no PageRank mass, but a vector neighbour of the question
+def test_a_fact_the_question_matches_seeds_both_its_entities(small_graph):
+    result = graph_search(small_graph, "Who mended nets on the quay?", graph_facts=5, graph_links=False)
+    assert "mended nets" in result["facts"][0]["description"]
+    assert {s["name"] for s in result["seeds"]} == {"Esk Marrow", "Brin Tallow"}  # no name in the question
+    assert _keys(result)[0] == "brin.txt"
+
+
+def test_passage_seeds_add_the_chunks_the_fused_ranking_finds(small_graph):
+    question = "Who is Brin Tallow, and who painted the lighthouse?"
+    assert "far.txt" not in _keys(graph_search(small_graph, question))  # no path from Brin Tallow
+    seeded = graph_search(small_graph, question, graph_passage_weight=0.05)
+    assert "far.txt" in _keys(seeded)  # BM25 and vector search find it: a seed of its own
+
+
+def test_the_final_ranking_fuses_the_walk_with_the_fused_ranking(small_graph):
+    question = "Who is Brin Tallow, and who painted the lighthouse?"
+    assert "far.txt" not in _keys(graph_search(small_graph, question))  # no path, no passage seed: PageRank alone misses it
+    fused = graph_search(small_graph, question, graph_fusion_weight=1.0)
+    assert "far.txt" in _keys(fused)  # BM25 and vector search rank it: the fused list brings it in
+    walked = set(_keys(graph_search(small_graph, question)))
+    assert walked <= set(_keys(fused))  # and the walk's chunks stay
+
+
+class _Chunks:
+    """The passage graph's id lookups over sorted chunk ids (node = position, no entities)."""
+
+    def __init__(self, ids):
+        self.sorted = sorted(ids)
+
+    def ids(self, nodes):
+        return [self.sorted[n] for n in np.asarray(nodes).tolist()]
+
+    def chunk_nodes(self, ids):
+        at = {c: i for i, c in enumerate(self.sorted)}
+        return np.array([at.get(c, -1) for c in ids], dtype=np.int64)
+
+
+def test_final_ranking_merges_by_reciprocal_rank():
+    from graphwright.query.graph import final_ranking
+
+    graph = _Chunks(["a", "b", "c", "d", "e"])
+    nodes, mass = np.array([0, 1, 2]), np.array([0.5, 0.3, 0.2])  # a, b, c walked
+    fused = [("c", 0.9), ("d", 0.8), ("z", 0.7)]  # z is in no graph
+    assert final_ranking(graph, nodes, mass, fused, 3, 0.0) == [("a", 0.5), ("b", 0.3), ("c", 0.2)]  # PageRank alone
+    top = [c for c, _ in final_ranking(graph, nodes, mass, fused, 5, 1.0)]
+    assert top[0] == "c"  # third by the walk, first by search: 1/63 + 1/61 beats 1/61
+    assert top == ["c", "a", "b", "d", "z"]  # b and d tie at 1/62: by id
+    assert [c for c, _ in final_ranking(graph, nodes, mass, fused, 5, 1.0, pruned=True)] == ["c", "a", "b"]  # d is not in the tree
+    assert final_ranking(graph, nodes[:0], mass[:0], fused, 2, 1.0) == fused[:2]  # nothing reached: the fused ranking
+    assert final_ranking(graph, nodes[:0], mass[:0], fused, 2, 1.0, pruned=True) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_final_ranking_equals_the_fusion_of_the_whole_walk(seed):
+    from graphwright.query.fusion import reciprocal_rank_fusion
+    from graphwright.query.graph import final_ranking
+
+    rng = np.random.default_rng(seed)
+    ids = [f"{i:04x}" for i in range(400)]
+    graph = _Chunks(ids)
+    nodes = np.sort(rng.choice(400, 300, replace=False))
+    mass = rng.choice([0.1, 0.2, 0.3, 0.4], len(nodes)) * rng.random(len(nodes)).round(1)  # ties, and zeros
+    walked = [graph.sorted[n] for n in sorted(nodes.tolist(), key=lambda n: (-mass[list(nodes).index(n)], graph.sorted[n]))]
+    for depth in (3, 40):  # a short fused list leaves most of the top to the walk
+        fused = [(graph.sorted[i], 0.0) for i in rng.choice(400, depth, replace=False)] + [("zz", 0.0)]  # zz: in no graph
+        for k in (1, 2, 10, 50):
+            for w in (0.5, 1.0, 2.0):
+                assert final_ranking(graph, nodes, mass, fused, k, w) == reciprocal_rank_fusion([walked, [c for c, _ in fused]], [1.0, w])[:k]
 
 
 def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
@@ -141,6 +205,13 @@ def test_steiner_pruning_keeps_the_tree_joining_the_top_entities(small_graph):
     assert {e["name"] for e in result["entities"]} == {"Alder Voss", "Brin Tallow"}  # adjacent: the tree is one edge
     assert result["tree"] == {"nodes": 2, "edges": 1}
     assert result["evidence"][0]["source_key"] == "bridge.txt"
+
+
+def test_graph_mode_on_a_version_without_a_passage_graph_says_how_to_build_one(small_graph):
+    searcher = Searcher(str(small_graph))
+    searcher.index.manifest["vector_indexes"].pop("graph")
+    with pytest.raises(ValueError, match="no passage graph.*graphwright index"):
+        searcher.search("Who is Brin Tallow?", "graph", 5)
 
 
 # -- global: map-reduce over reports -------------------------------------------------------------

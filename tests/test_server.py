@@ -340,8 +340,9 @@ def broken_root(indexed, tmp_path_factory):
     root = tmp_path_factory.mktemp("broken")
     for name in ("ok", "no-log", "no-file", "no-vectors"):
         shutil.copytree(indexed.index, root / name)
-    sorted((root / "no-log" / "tables" / "entities" / "_delta_log").glob("*.json"))[-1].write_bytes(b"")
-    sorted((root / "no-file" / "tables" / "chunks").glob("*.parquet"))[0].unlink()
+    # tables the default (local) mode reads; its chunk and entity rows come from the search files
+    sorted((root / "no-log" / "tables" / "communities" / "_delta_log").glob("*.json"))[-1].write_bytes(b"")
+    sorted((root / "no-file" / "tables" / "entity_aliases").glob("*.parquet"))[0].unlink()
     next((root / "no-vectors" / "vectors").glob("chunk-*.faiss")).unlink()
     return root
 
@@ -352,7 +353,7 @@ def lenient(broken_root):
         yield c
 
 
-@pytest.mark.parametrize("name, table", [("no-log", "table entities"), ("no-file", "table chunks"), ("no-vectors", "vector file vectors/chunk-")])
+@pytest.mark.parametrize("name, table", [("no-log", "table communities"), ("no-file", "table entity_aliases"), ("no-vectors", "vector file vectors/chunk-")])
 def test_storage_faults_are_503_naming_the_table_or_file(lenient, broken_root, name, table):
     r = lenient.post(f"/v1/indexes/{name}/query", json={"question": "Who keeps the harbor?", "answer": False}, headers=AUTH)
     assert r.status_code == 503

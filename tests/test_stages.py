@@ -174,7 +174,8 @@ def test_stage_embed(stages):
     out = stages.do("embed")
     model = model_name(stages.config.embed)
     emb = assert_valid(stages.store, "embeddings")
-    counts = {k: stages.store.count(t) for k, t in (("entity", "entities"), ("chunk", "chunks"), ("report", "community_reports"))}
+    counts = {k: stages.store.count(t) for k, t in (("entity", "entities"), ("chunk", "chunks"), ("report", "community_reports"),
+                                                      ("entity_name", "entities"))}
     for kind, n in counts.items():
         assert out["counts"][kind]["embedded"] == n
         path = stages.store.root / out["vector_indexes"][kind]

@@ -31,6 +31,7 @@ def query(
     version: Annotated[Optional[int], typer.Option(help="Published version to query (default: latest).")] = None,
     level: Annotated[Optional[int], typer.Option(min=0, help="Community level for --mode global (default: query.global_level, or chosen from the data).")] = None,
     answer: Annotated[Optional[bool], typer.Option("--answer/--no-answer", help="Write an answer with an LLM (default: when one is configured).")] = None,
+    steps: Annotated[int, typer.Option("--steps", min=0, max=3, help="graph and local: iterative retrieval with the LLM, at most this many reasoning steps (IRCoT).")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Retrieve ranked evidence for QUESTION, with provenance; with an LLM configured, answer it citing the evidence."""
@@ -40,7 +41,7 @@ def query(
 
     existing_index(index_dir)
     try:
-        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version, answer=answer, level=level)
+        result = run_query(str(index_dir), question, mode=mode, top_k=top_k, version=version, answer=answer, level=level, steps=steps)
     except StorageError as exc:
         fail(str(exc), STORAGE_EXIT)
     except (NoPublishedVersion, ValueError) as exc:
@@ -77,6 +78,7 @@ def eval_(
     version: Annotated[Optional[int], typer.Option(help="Published version (default: latest).")] = None,
     answer: Annotated[Optional[bool], typer.Option("--answer/--no-answer", help="Have the LLM answer and score exact match / F1 (default: when an LLM is configured).")] = None,
     level: Annotated[Optional[int], typer.Option(min=0, help="Community level for --mode global.")] = None,
+    steps: Annotated[int, typer.Option("--steps", min=0, max=3, help="graph and local: iterative retrieval with the LLM (IRCoT), at most this many steps.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
     """Evidence recall@k of a query mode on a question set; with an LLM, answer exact match and F1."""
@@ -87,7 +89,7 @@ def eval_(
     existing_index(index_dir)
     try:
         result = evaluate(str(index_dir), load_questions(questions), mode, k, version, answer=answer,
-                          **({"level": level} if level is not None else {}))
+                          **({"level": level} if level is not None else {}), **({"steps": steps} if steps else {}))
     except StorageError as exc:
         fail(str(exc), STORAGE_EXIT)
     except (NoPublishedVersion, ValueError, OSError) as exc:
@@ -97,6 +99,9 @@ def eval_(
     else:
         out.print(f"{result['questions']} questions, mode {mode}: recall@{k} {result[f'recall@{k}']:.3f}, "
                   f"all gold in top {k}: {result[f'all_gold@{k}']:.3f}, {result['seconds_per_query']:.3f} s/query")
+        if result.get("reasoning_steps") is not None and not result.get("answered"):
+            out.print(f"iterative retrieval: {result['reasoning_steps']} reasoning steps, "
+                      f"{result['prompt_tokens']} prompt + {result['completion_tokens']} completion tokens")
         if result.get("answered"):
             em, f1 = result["exact_match"], result["f1"]
             out.print(f"answers: {result['answered']}, exact match {'-' if em is None else f'{em:.3f}'}, F1 {'-' if f1 is None else f'{f1:.3f}'}, "

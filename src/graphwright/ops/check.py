@@ -103,20 +103,24 @@ def _table_problems(store: IndexStore, name: str, version: int, expected_rows: i
 
 
 def _vector_problems(store: IndexStore, manifest: dict) -> list[Problem]:
-    from graphwright.engines.vectors import ids_path
+    from graphwright.stages.embed.pinned_files import files_of, is_search_file
 
     recorded = manifest.get("vector_files") or {}
     problems = []
     for kind, relative in sorted(manifest["vector_indexes"].items()):
-        for path in (relative, ids_path(relative)):
+        search = is_search_file(relative)
+        what = "search" if search else "vector"
+        for path in files_of(store.files, relative):
             if not store.files.exists(path):
-                detail = f"{kind} vector file {path} is missing"
+                detail = f"{kind} {what} file {path} is missing"
             elif path in recorded and health.file_digest(store.files, path) != recorded[path]:
-                detail = f"{kind} vector file {path} does not have the sha256 the manifest recorded (changed or corrupt)"
+                detail = f"{kind} {what} file {path} does not have the sha256 the manifest recorded (changed or corrupt)"
             else:
                 continue
-            problems.append(Problem("vectors", manifest["version"], "published", "vector", detail,
-                                    "rebuild it from the embeddings table (check --repair)", (path, kind)))
+            # search files are built from several tables' history, not one table: an intact version is the way back
+            repair = ("roll back to an intact published version (check --repair)" if search
+                      else "rebuild it from the embeddings table (check --repair)")
+            problems.append(Problem("vectors", manifest["version"], "published", what, detail, repair, (path, kind)))
     return problems
 
 

@@ -72,7 +72,7 @@ def repair(store: IndexStore, run_id: str) -> dict:
         if p["what"] == "vector" and p["files"][0].endswith(".faiss"):
             done.append(_rebuild_vectors(store, p["version"], p["files"][1]))
     left: list[str] = []
-    if damaged & set(DATA_TABLES) or any(p["what"] == "rows" for p in found):
+    if damaged & set(DATA_TABLES) or any(p["what"] in ("rows", "search") for p in found):
         done_rollback, advice = _roll_back_to_intact(store, run_id)
         done += done_rollback
         left += advice

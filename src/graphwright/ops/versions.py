@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 from graphwright.config import PipelineConfig
 from graphwright.engines.vectors import ids_path
+from graphwright.stages.embed.search_files import unused_files
 from graphwright.stages.publish import publish
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, load_manifest, manifests
@@ -27,7 +28,7 @@ def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
 
 def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     """Keep the newest `keep` published versions readable; drop older manifests, the Delta files
-    only they needed, and vector index files no kept version uses."""
+    only they needed, and vector, lexical and graph files no kept version uses."""
     rows = manifests(store)
     if keep < 1:
         raise ValueError("keep at least one version")
@@ -47,6 +48,10 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
             if not dry_run:
                 store.files.delete(relative)
                 store.files.delete(ids_path(relative))
+    for relative in unused_files(store.files, kept):  # lexical segments, synonyms, passage graphs
+        removed += 1
+        if not dry_run:
+            store.files.delete(relative)
     if not dry_run:
         store.delete("index_manifest", f"version < {kept[0]['version']}")
     return {"kept": [r["version"] for r in kept], "dropped": [r["version"] for r in dropped], "files_removed": removed}

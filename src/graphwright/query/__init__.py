@@ -1,10 +1,14 @@
 """Query a published version. Modes (one module each):
 
 - `naive`: vector search over chunks;
+- `fusion` (fusion.py): BM25 and vector search over chunks, merged by reciprocal rank;
 - `local` (local.py): entities, relationships, text units and reports within a token budget;
 - `global` (global_search.py): map-reduce over the community reports of one level;
 - `low`, `high`, `hybrid`, `mix` (lightrag.py): LightRAG's keyword-driven entity and relation search;
-- `graph` (graph.py): personalized PageRank from the question's entities, optionally PCST-pruned.
+- `graph` (graph.py): HippoRAG 2-style personalized PageRank over entities and passages, seeded by
+  the facts, names and passages the question matches (graph_seeds.py), optionally Steiner-pruned.
+
+`graph` and `local` take `steps`: IRCoT-style iterative retrieval with the LLM (ircot.py).
 
 Every mode returns `evidence` (ranked, each with doc_id and chunk_id provenance) plus its own context.
 """
@@ -17,10 +21,11 @@ __all__ = ["MODES", "Searcher", "query"]
 
 
 def query(index_dir: str, question: str, mode: str = "local", top_k: int | None = None, version: int | None = None,
-          answer: bool | None = None, level: int | None = None, searcher: Searcher | None = None) -> dict:
+          answer: bool | None = None, level: int | None = None, searcher: Searcher | None = None, steps: int = 0) -> dict:
     """Evidence for `question`; with an LLM configured (llm.model, from the index's configuration
     or GRAPHWRIGHT_LLM__* variables) and `answer` not False, also an answer citing it. `level`:
     the community level for `global` (default: query.global_level, or a level chosen from the data).
+    `steps`: iterative retrieval (graph, local) with at most that many LLM reasoning steps.
     A caller answering many questions passes a loaded `searcher` (of `index_dir` at `version`)."""
     _check_question(question)
     searcher = searcher or Searcher(index_dir, version)
@@ -29,6 +34,8 @@ def query(index_dir: str, question: str, mode: str = "local", top_k: int | None 
         raise ValueError("no LLM configured for answers: set llm.model (or GRAPHWRIGHT_LLM__MODEL and GRAPHWRIGHT_LLM__BASE_URL)")
     use_llm = bool(llm.model) and answer is not False
     options = {"level": level if level is not None else searcher.config.query.global_level} if mode == "global" else {}
+    if steps:
+        options["steps"] = steps
     result = searcher.attach_titles(searcher.search(question, mode, top_k, use_llm=use_llm, **options))
     if use_llm and mode != "global":  # global's answer is its reduce step
         from graphwright.query.answer import synthesize

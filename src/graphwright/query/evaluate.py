@@ -73,12 +73,16 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
         evidence = result["evidence"][:k]
         hit = len(gold & {e["doc_id"] for e in evidence})
         row = {"qid": q.get("qid"), "recall": hit / len(gold), "all_gold": hit == len(gold)}
-        if short_answer(q):
-            row["answer_found"] = _normal(q["answer"]) in _normal(" ".join(e["text"] for e in evidence))
+        found = answer_in_evidence(q, evidence)
+        if found is not None:
+            row["answer_found"] = found
+        steps = result.get("ircot") or {}
+        if steps:
+            row |= {"steps": len(steps["steps"]), "prompt_tokens": steps["prompt_tokens"], "completion_tokens": steps["completion_tokens"]}
         if "answer" in result:
             usage = result.get("llm") or {}
-            row |= {"answer": result["answer"], "prompt_tokens": usage.get("prompt_tokens", 0),
-                    "completion_tokens": usage.get("completion_tokens", 0), "cache_hit": usage.get("cache_hit")}
+            row |= {"answer": result["answer"], "prompt_tokens": row.get("prompt_tokens", 0) + usage.get("prompt_tokens", 0),
+                    "completion_tokens": row.get("completion_tokens", 0) + usage.get("completion_tokens", 0), "cache_hit": usage.get("cache_hit")}
             if q.get("answer") is not None:
                 row["exact_match"], row["f1"] = answer_scores(result["answer"] or "", str(q["answer"]))
         per_question.append({**row, "seconds": round(time.perf_counter() - t, 4)})
@@ -98,6 +102,10 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
         "latency_p50_s": seconds[len(seconds) // 2],
         "latency_max_s": seconds[-1],
     }
+    if any("steps" in p for p in per_question):
+        summary |= {"reasoning_steps": sum(p.get("steps", 0) for p in per_question),
+                    "prompt_tokens": sum(p.get("prompt_tokens", 0) for p in per_question),
+                    "completion_tokens": sum(p.get("completion_tokens", 0) for p in per_question)}
     answered = [p for p in per_question if "answer" in p]
     if answered:
         scored = [p for p in answered if "f1" in p]
@@ -109,6 +117,13 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
             "completion_tokens": sum(p["completion_tokens"] for p in answered),
         }
     return summary | {"per_question": per_question}
+
+
+def answer_in_evidence(question: dict, evidence: list[dict]) -> bool | None:
+    """Whether a question's short gold answer occurs in the evidence text (None: no short answer)."""
+    if not short_answer(question):
+        return None
+    return _normal(question["answer"]) in _normal(" ".join(e["text"] for e in evidence))
 
 
 def short_answer(question: dict, max_words: int = 6) -> bool:

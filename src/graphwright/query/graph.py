@@ -1,146 +1,139 @@
-"""Graph-native retrieval (HippoRAG style): personalized PageRank over the entity graph.
+"""Graph-native retrieval, HippoRAG 2 style: personalized PageRank over the passage graph
+(stages.embed.passage_graph: entity and chunk nodes, chunk-entity, relationship and synonym
+edges), restarting at the entities of the facts and names the question matches and at the
+passages the fused dense + BM25 ranking finds (graph_seeds). The answer's passages are the
+PageRank ranking of the chunks merged by reciprocal rank fusion with that fused ranking
+(`graph_fusion_weight` its weight, the walk's 1; 0: chunks rank by their PageRank alone, as in
+HippoRAG 2): the walk is one more ranked list beside BM25 and vectors, so a passage that direct
+search ranks first is not pushed down by the mass that flows to the seed entities' other chunks,
+which grows with the corpus (hub entities, names shared by unrelated pages).
 
-Seeds are the entities named in the question (names and aliases as word n-grams) and the
-nearest entities of each name-like key in it (see `seeds`); a seed's reset weight is its similarity to the question
-(plus `name_match_bonus` when named) times its rarity, so an entity mentioned everywhere steers
-little. PageRank with restarts to the seeds (igraph's personalized_pagerank, relationship weights)
-spreads their mass along relationships; a chunk scores the PPR mass of the entities it mentions,
-normalized to the best chunk, plus `graph_dense_weight` times its own similarity to the question.
+PageRank runs by forward push (query.ppr), so its cost follows the seeds' neighbourhoods, not
+the index's size. `graph_relationship_weight` and `graph_synonym_weight` scale those edge
+kinds (0 leaves them out).
 
-With `query.graph_steiner`, the top-PPR entities are first pruned to a Steiner tree joining the
-`graph_steiner_terminals` highest-mass ones (G-Retriever prunes with a prize-collecting Steiner
-tree; pcst_fast, its solver, returns wrong indices under numpy 2, so this uses networkx's Steiner
-tree approximation, the prize-collecting problem with the terminals' prizes infinite and the
-others zero); only the entities in the tree score chunks.
+With `query.graph_steiner`, the `graph_top_entities` highest-mass entities are pruned to a
+Steiner tree joining the `graph_steiner_terminals` highest-mass ones (G-Retriever prunes with a
+prize-collecting Steiner tree; pcst_fast, its solver, returns wrong indices under numpy 2, so
+this uses networkx's Steiner tree approximation, the prize-collecting problem with the
+terminals' prizes infinite and the others zero), and only chunks that mention an entity of the
+tree are kept.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from graphwright.query.keywords import question_keywords
+from graphwright.query.fusion import RRF_K
+from graphwright.query.graph_seeds import entity_seeds, passage_seeds
 
-
-def entity_graph(searcher):
-    """igraph Graph over all entities with relationships (vertex names are entity ids), and
-    entity id -> vertex; built once per searcher."""
-    return searcher.memo("entity_graph", lambda: _build_graph(searcher))
-
-
-def _build_graph(searcher):
-    import igraph as ig
-
-    rel = searcher.index.read("relationships", columns=["source_id", "target_id", "weight"])
-    src, dst = rel.column("source_id").to_pylist(), rel.column("target_id").to_pylist()
-    ids = sorted(set(src) | set(dst))
-    position = {e: i for i, e in enumerate(ids)}
-    g = ig.Graph(n=len(ids), edges=[(position[a], position[b]) for a, b in zip(src, dst)], directed=False)
-    g.vs["name"] = ids
-    g.es["weight"] = rel.column("weight").to_pylist()
-    return g, position
-
-
-def seeds(searcher, question: str, q: np.ndarray) -> dict[str, float]:
-    """Seed entity -> reset weight. As HippoRAG links each phrase the question names to its
-    nearest graph nodes, each low-level key of the question (keywords.question_keywords: names,
-    entity names or aliases in it) takes its `graph_seeds_per_key` nearest entities; a question
-    without keys takes the question's `graph_seed_entities` nearest entities."""
-    qc = searcher.config.query
-    keys = question_keywords(searcher, question)["low"]
-    scores: dict[str, float] = {}
-    if keys:
-        for key, v in zip(keys, searcher.embedder.encode(keys)):
-            for e, s in searcher.nearest("entity", v, qc.graph_seeds_per_key):
-                scores[e] = max(scores.get(e, -1.0), s)
-    else:
-        scores = dict(searcher.nearest("entity", q, qc.graph_seed_entities))
-    named = searcher.named_entities(question)
-    for e, s in searcher.similarity("entity", q, sorted(named)).items():
-        scores[e] = max(scores.get(e, -1.0), s) + qc.name_match_bonus
-    rows = searcher.entities(scores)
-    n = searcher.n_chunks
-    return {e: max(s, 0.0) * math.sqrt(math.log1p(n / max(len(rows[e]["chunk_ids"]), 1)) / math.log1p(n))
-            for e, s in scores.items() if e in rows}
+VIA_NAMES = 8  # entity names listed per evidence chunk
 
 
 def search(searcher, question: str, q: np.ndarray, top_k: int, **_) -> dict:
     qc = searcher.config.query
-    reset = seeds(searcher, question, q)
-    g, position = entity_graph(searcher)
-    ids = g.vs["name"]
-    mass: dict[str, float] = {}
-    in_graph = {e: w for e, w in reset.items() if e in position and w > 0}
-    if in_graph:
-        vector = [0.0] * len(ids)
-        for e, w in in_graph.items():
-            vector[position[e]] = w
-        ppr = g.personalized_pagerank(directed=False, damping=qc.graph_damping, reset=vector, weights="weight")
-        top = np.argsort(-np.asarray(ppr))[: qc.graph_top_entities]
-        mass = {ids[i]: ppr[i] for i in top if ppr[i] > 0}
-    # seeds outside the graph (no relationships) keep their reset weight as mass
-    total = sum(in_graph.values()) or 1.0
-    for e, w in reset.items():
-        if e not in position and w > 0:
-            mass[e] = w / total
+    graph = searcher.graph
+    entities, facts = entity_seeds(searcher, question, q)
+    passages, fused = passage_seeds(searcher, question, q)
+    reset = {**passages}
+    for node, w in entities.items():
+        reset[node] = reset.get(node, 0.0) + w
+    seeds = np.fromiter(reset, dtype=np.int64, count=len(reset))
+    weights = np.fromiter(reset.values(), dtype=np.float64, count=len(reset))
+    nodes, mass = graph.pagerank(seeds, weights, qc.graph_damping, qc.graph_epsilon,
+                                 relationship=qc.graph_relationship_weight, synonym=qc.graph_synonym_weight)
+    on_chunk = graph.is_chunk(nodes)
+    entity_order = np.lexsort((nodes[~on_chunk], -mass[~on_chunk]))[: qc.graph_top_entities]
+    top_entities, entity_mass = nodes[~on_chunk][entity_order], mass[~on_chunk][entity_order]
+    chunk_nodes, chunk_mass = nodes[on_chunk], mass[on_chunk]
     tree = None
-    if qc.graph_steiner and mass:
-        mass, tree = prune_steiner(g, position, mass, qc.graph_steiner_terminals)
+    if qc.graph_steiner and len(top_entities):
+        kept, tree = prune_steiner(graph, top_entities, entity_mass, qc.graph_steiner_terminals)
+        keep = np.array([bool(set(graph.entities_of(c).tolist()) & kept) for c in chunk_nodes.tolist()], dtype=bool)
+        chunk_nodes, chunk_mass = chunk_nodes[keep], chunk_mass[keep]
+        mask = np.isin(top_entities, list(kept))
+        top_entities, entity_mass = top_entities[mask], entity_mass[mask]
+    scored = final_ranking(graph, chunk_nodes, chunk_mass, fused, top_k, qc.graph_fusion_weight, pruned=qc.graph_steiner)
 
-    rows = searcher.entities(mass)
-    chunk_mass: dict[str, float] = {}
-    via: dict[str, list[tuple[float, str]]] = {}
-    for e, m in mass.items():
-        if e not in rows:
-            continue
-        for c in rows[e]["chunk_ids"]:
-            chunk_mass[c] = chunk_mass.get(c, 0.0) + m
-            via.setdefault(c, []).append((m, rows[e]["name"]))
-    best = max(chunk_mass.values(), default=0.0) or 1.0
-    candidates = {c: m / best for c, m in chunk_mass.items()}
-    if qc.graph_dense_weight > 0:
-        dense = dict(searcher.nearest("chunk", q, qc.candidate_chunks))
-        dense.update(searcher.similarity("chunk", q, [c for c in candidates if c not in dense]))
-        candidates = {c: candidates.get(c, 0.0) + qc.graph_dense_weight * s for c, s in dense.items()}
-    scored = sorted(candidates.items(), key=lambda cs: (-cs[1], cs[0]))[:top_k]
-    names = {c: [n for _, n in sorted(via.get(c, []), key=lambda t: (-t[0], t[1]))][:8] for c, _ in scored}
-    ranked_entities = sorted(((e, m) for e, m in mass.items() if e in rows), key=lambda t: (-t[1], t[0]))[:20]
-    selected = [e for e, _ in ranked_entities]
+    entity_mass_of = dict(zip(top_entities.tolist(), entity_mass.tolist()))
+    chunk_node_of = {c: n for (c, _), n in zip(scored, graph.chunk_nodes([c for c, _ in scored]).tolist()) if n >= 0}
+    via_nodes = {c: sorted(graph.entities_of(chunk_node_of[c]).tolist(), key=lambda e: -entity_mass_of.get(e, 0.0))[:VIA_NAMES]
+                 for c, _ in scored if c in chunk_node_of}
+    shown = top_entities[:20]
+    named = set(shown.tolist()) | {e for es in via_nodes.values() for e in es} | set(entities)
+    id_of = dict(zip(sorted(named), graph.ids(sorted(named))))
+    rows = searcher.entities(id_of.values())
+    name_of = {n: rows[i]["name"] for n, i in id_of.items() if i in rows}
+    selected = [id_of[n] for n in shown.tolist()]
     return {
-        "evidence": searcher.chunk_evidence(scored, names),
-        "seeds": [{"entity_id": e, "name": rows[e]["name"] if e in rows else e, "weight": round(w, 4)}
-                  for e, w in sorted(reset.items(), key=lambda t: (-t[1], t[0]))],
-        "entities": [{"entity_id": e, "name": rows[e]["name"], "type": rows[e]["type"], "ppr": round(m, 6),
-                      "description": rows[e]["description"], "doc_ids": rows[e]["doc_ids"][:10], "chunk_ids": rows[e]["chunk_ids"][:10]}
-                     for e, m in ranked_entities],
-        "relationships": sorted(({k: v for k, v in r.items() if k not in ("chunk_ids", "doc_ids")} | {"doc_ids": r["doc_ids"][:10], "chunk_ids": r["chunk_ids"][:10]}
-                                 for r in searcher.relationships_among(selected)), key=lambda r: (-r["weight"], r["relationship_id"]))[:20],
+        "evidence": searcher.chunk_evidence(scored, {c: [name_of[e] for e in es if e in name_of] for c, es in via_nodes.items()}),
+        "seeds": [{"entity_id": id_of[n], "name": name_of.get(n, id_of[n]), "weight": round(w, 6)}
+                  for n, w in sorted(entities.items(), key=lambda t: (-t[1], t[0]))],
+        "facts": facts,
+        "entities": [{"entity_id": id_of[n], "name": rows[id_of[n]]["name"], "type": rows[id_of[n]]["type"], "ppr": round(m, 6),
+                      "description": rows[id_of[n]]["description"], "doc_ids": rows[id_of[n]]["doc_ids"][:10],
+                      "chunk_ids": rows[id_of[n]]["chunk_ids"][:10]}
+                     for n, m in zip(shown.tolist(), entity_mass[:20].tolist()) if id_of[n] in rows],
+        "relationships": [{k: v for k, v in r.items() if k not in ("chunk_ids", "doc_ids")} | {"doc_ids": r["doc_ids"][:10], "chunk_ids": r["chunk_ids"][:10]}
+                          for r in searcher.relationships_among(selected, limit=20)],
         **({"tree": tree} if tree is not None else {}),
     }
 
 
-def prune_steiner(g, position: dict[str, int], mass: dict[str, float], terminals: int):
-    """Keep the Steiner tree (networkx's Mehlhorn approximation, one per connected part) that joins
-    the `terminals` highest-mass entities within the subgraph induced by the entities in `mass`.
-    Returns the pruned mass and the tree's size."""
+def final_ranking(graph, nodes: np.ndarray, mass: np.ndarray, fused: list[tuple[str, float]], top_k: int,
+                  fusion_weight: float, pruned: bool = False) -> list[tuple[str, float]]:
+    """The top_k (chunk id, score): the chunk `nodes` (ascending) by PageRank `mass` (ties by id),
+    merged by reciprocal rank fusion with the `fused` ranking weighted `fusion_weight` (the fused
+    score is then the score; the same figures as fusion.reciprocal_rank_fusion over the two
+    lists); with weight 0, by mass alone. When the chunks were `pruned` (Steiner), only those the
+    tree kept may rank; otherwise, with nothing reached, the fused ranking as it is.
+
+    The walk reaches tens of thousands of chunks on a large index; only the ids that can rank are
+    decoded: the fused chunks and the walk's first top_k (a chunk below those that the fused list
+    does not hold scores less than each of them)."""
+    if not len(nodes):
+        return [] if pruned else fused[:top_k]
+    order = np.lexsort((nodes, -mass))  # node order is id order: the graph's chunk ids are sorted
+    if fusion_weight <= 0 or not fused:
+        top = order[:top_k]
+        return list(zip(graph.ids(nodes[top]), mass[top].tolist()))
+    found = list(dict.fromkeys(c for c, _ in fused))
+    found_nodes = graph.chunk_nodes(found)
+    at = np.minimum(np.searchsorted(nodes, found_nodes), len(nodes) - 1)
+    reached = nodes[at] == found_nodes
+    if pruned:
+        found = [c for c, r in zip(found, reached.tolist()) if r]
+        at = at[reached]
+        reached = reached[reached]
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    head = order[:top_k]
+    walk_rank = dict(zip(graph.ids(nodes[head]), range(1, len(head) + 1)))
+    walk_rank |= {c: int(rank[a]) for c, a, r in zip(found, at.tolist(), reached.tolist()) if r}
+    scores = {c: 1.0 / (RRF_K + r) for c, r in walk_rank.items()}
+    for r, c in enumerate(found, 1):
+        scores[c] = scores.get(c, 0.0) + fusion_weight / (RRF_K + r)
+    return sorted(scores.items(), key=lambda t: (-t[1], t[0]))[:top_k]
+
+
+def prune_steiner(graph, entities: np.ndarray, mass: np.ndarray, terminals: int) -> tuple[set[int], dict]:
+    """The entity nodes of the Steiner tree (networkx's Mehlhorn approximation, one per connected
+    part) joining the `terminals` highest-mass `entities` within the relationship subgraph among
+    `entities`, and the tree's size."""
     import networkx as nx
     from networkx.algorithms.approximation import steiner_tree
 
-    nodes = [e for e in mass if e in position]
-    sub = g.induced_subgraph([position[e] for e in nodes])
-    names = sub.vs["name"]
-    graph = sub.to_networkx()
-    top = set(sorted(nodes, key=lambda e: (-mass[e], e))[:terminals])
+    sub = nx.Graph()
+    sub.add_nodes_from(entities.tolist())
+    sub.add_weighted_edges_from(graph.relationship_pairs(entities))
+    top = set(entities[:terminals].tolist())  # `entities` are in mass order
     kept, edges = set(), 0
-    for part in nx.connected_components(graph):
-        ends = [i for i in part if names[i] in top]
+    for part in nx.connected_components(sub):
+        ends = [n for n in part if n in top]
         if len(ends) == 1:
             kept.update(ends)
         elif ends:
-            tree = steiner_tree(graph.subgraph(part), ends, method="mehlhorn")
+            tree = steiner_tree(sub.subgraph(part), ends, method="mehlhorn")
             kept.update(tree.nodes)
             edges += tree.number_of_edges()
-    kept_ids = {names[i] for i in kept}
-    pruned = {e: m for e, m in mass.items() if e in kept_ids or e not in position}
-    return pruned, {"nodes": len(kept_ids), "edges": edges}
+    return kept, {"nodes": len(kept), "edges": edges}

@@ -31,10 +31,9 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, mode: str, use_ll
         rows = searcher.entities([e for e, _ in hits])
         ranked = [(rows[e], s) for e, s in hits if e in rows]
         entities.update({e["entity_id"]: {**e, "score": s} for e, s in ranked})
-        touching = searcher.relationships_among([e["entity_id"] for e, _ in ranked], touching=True)
-        for r in sorted(touching, key=lambda r: (-r["weight"], r["relationship_id"]))[: qc.lightrag_top_relationships]:
+        for r in searcher.relationships_among([e["entity_id"] for e, _ in ranked], touching=True, limit=qc.lightrag_top_relationships):
             relationships.setdefault(r["relationship_id"], r)
-        lists.append(_chunks_of(searcher, q, [(e["name"], e["chunk_ids"]) for e, _ in ranked], via))
+        lists.append(_chunks_of(searcher, q, [(e["name"], searcher.entity_chunks(e)) for e, _ in ranked], via))
     if mode in ("high", "hybrid", "mix"):
         v = searcher.encode(", ".join(keywords["high"])) if keywords["high"] else q
         hits = searcher.nearest("relationship", v, qc.lightrag_top_relationships)
@@ -45,7 +44,8 @@ def search(searcher, question: str, q: np.ndarray, top_k: int, mode: str, use_ll
         ends = searcher.entities({x for r, _ in ranked for x in (r["source_id"], r["target_id"])})
         for e in ends.values():
             entities.setdefault(e["entity_id"], {**e, "score": None})
-        lists.append(_chunks_of(searcher, q, [(f"{r['source']} - {r['target']}", r["chunk_ids"]) for r, _ in ranked], via))
+        supports = searcher.relationship_chunks([r for r, _ in ranked])
+        lists.append(_chunks_of(searcher, q, [(f"{r['source']} - {r['target']}", supports.get(r["relationship_id"], [])) for r, _ in ranked], via))
     order = _round_robin(lists)[:top_k]
     sims = searcher.similarity("chunk", q, order)
     evidence = searcher.chunk_evidence([(c, sims.get(c, 0.0)) for c in order], via)

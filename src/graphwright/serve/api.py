@@ -155,6 +155,7 @@ class QueryRequest(BaseModel):
     top_k: int | None = Field(None, ge=1, le=200, description="Evidence chunks to return (default: the index's query.top_chunks).")
     version: int | None = Field(None, ge=1, description="Published version to query (default: the latest).")
     answer: bool | None = Field(None, description="Write an answer with the configured LLM (default: when one is configured).")
+    steps: int = Field(0, ge=0, le=3, description="graph and local: iterative retrieval, at most this many LLM reasoning steps (IRCoT).")
 
 
 class Evidence(BaseModel):
@@ -283,7 +284,7 @@ def create_app(index_root: str | Path, api_keys: Iterable[str] = (), *, allow_no
         def work():
             version = load_manifest(IndexStore(path), request.version)["version"]
             return query(str(path), request.question, mode=request.mode, top_k=request.top_k, version=version,
-                         answer=request.answer, searcher=searchers.get(path, version))
+                         answer=request.answer, searcher=searchers.get(path, version), steps=request.steps)
         try:
             return await blocking(work)
         except NoPublishedVersion as exc:

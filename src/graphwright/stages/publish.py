@@ -48,13 +48,13 @@ def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_index
 
 
 def vector_digests(store: IndexStore, vector_indexes: dict[str, str], previous: list[dict], written: dict[str, str]) -> dict[str, str]:
-    """sha256 of every file of `vector_indexes` (each index and its ids file)."""
-    from graphwright.engines.vectors import ids_path
+    """sha256 of every file of `vector_indexes` (each vector index and its ids file, each search file)."""
+    from graphwright.stages.embed.pinned_files import files_of
     from graphwright.storage.health import file_digest
 
     known = {f: d for m in previous for f, d in (m.get("vector_files") or {}).items()}
     known.update(written)
-    paths = [p for relative in vector_indexes.values() for p in (relative, ids_path(relative))]
+    paths = [p for relative in vector_indexes.values() for p in files_of(store.files, relative)]
     return {p: known[p] if p in known else file_digest(store.files, p) for p in sorted(paths)}
 
 

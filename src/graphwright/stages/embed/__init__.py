@@ -1,6 +1,7 @@
-"""Embed stage: embed only the entities, chunks, reports (and, with embed.relationships, the
-relationships) whose text changed, keyed by a hash of model and text, in one pass so that one
-actor pool loads the model once; then write each kind's vector index (vector_files)."""
+"""Embed stage: embed only the entities, chunks, reports (and, with embed.entity_names, entity
+names; with embed.relationships, the relationships) whose text changed, keyed by a hash of model
+and text, in one pass so that one actor pool loads the model once; then write each kind's vector
+index (vector_files) and the lexical indexes, synonym edges and passage graph (search_files)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from graphwright import ids
 from graphwright.engines.embed import EmbedBatch, model_name
 from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
+from graphwright.stages.embed.search_files import write_search_files
 from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.memo import StageMemo
@@ -38,7 +40,7 @@ def _embed(run, m: dict) -> dict:
     store, cfg = run.store, run.config
     model = model_name(cfg.embed)
     counts, todo_parts = {}, []
-    for kind, items in _embedding_inputs(store, cfg.embed.relationships).items():
+    for kind, items in _embedding_inputs(store, cfg.embed).items():
         have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
         if kind == "chunk":  # a chunk's id derives from its text: only new ids need their text read and hashed
             ids_ = items.column("item_id")
@@ -77,6 +79,7 @@ def _embed(run, m: dict) -> dict:
     for kind in counts:
         files[kind], written = write_vector_index(store, kind, model, cfg)
         digests.update(written)
+    files |= write_search_files(store, cfg, model, files, m)
     total = sum(c["embedded"] + c["reused"] for c in counts.values())
     m.update(rows_in=total, rows_out=embedded, model=model, **counts,
              work_unit="items", work_done=embedded, work_total=total)
@@ -103,7 +106,7 @@ def _embedded(run, todo: pa.Table):
             yield rest.take(pa.array(positions)).append_column("vector", pa.ListArray.from_arrays(offsets, flat))
 
 
-def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str, pa.Table]:
+def _embedding_inputs(store: IndexStore, embed) -> dict[str, pa.Table]:
     ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
     chunks = store.read("chunks", columns=["chunk_id"])
     reports = store.read("community_reports", columns=["community_id", "full_content"])
@@ -114,7 +117,9 @@ def _embedding_inputs(store: IndexStore, embed_relationships: bool) -> dict[str,
         "chunk": pa.table({"item_id": chunks.column("chunk_id")}),  # texts only of new chunks (_embed)
         "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
     }
-    if embed_relationships:  # for the query's relation-level (LightRAG "high") search
+    if embed.entity_names:  # synonym edges, and the graph mode's links from the question's phrases
+        inputs["entity_name"] = pa.table({"item_id": ent.column("entity_id"), "text": ent.column("name")})
+    if embed.relationships:  # for the query's relation-level (LightRAG "high") search
         rel = store.read("relationships", columns=["relationship_id", "source", "target", "description"])
         rel_text = [f"{s} - {t}: {d[:ENTITY_TEXT_CHARS]}" for s, t, d in zip(*(rel.column(c).to_pylist() for c in ("source", "target", "description")))]
         inputs["relationship"] = pa.table({"item_id": rel.column("relationship_id"), "text": pa.array(rel_text, pa.string())})
@@ -160,8 +165,9 @@ def where(cfg) -> Where:
 
 
 STAGE = Stage(
-    "embed", reads=("entities", "chunks", "community_reports", "relationships", "embeddings"), writes=("embeddings", "vectors/"),
+    "embed", reads=("documents", "entities", "entity_aliases", "chunks", "community_reports", "relationships", "embeddings"),
+    writes=("embeddings", "vectors/", "lexical/", "graph/"),
     execute=execute, where=where, gpus=gpus,
-    summary="embed what changed; update or build each kind's vector index",
-    engines=("embed: sentence-transformers | hashing | openai | vllm", "vectors: faiss | cuvs"),
+    summary="embed what changed; update or build each kind's vector and lexical index, the synonyms and the passage graph",
+    engines=("embed: sentence-transformers | hashing | openai | vllm", "vectors: faiss | cuvs; lexical: tantivy"),
 )

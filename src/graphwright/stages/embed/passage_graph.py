@@ -1,0 +1,105 @@
+"""Embed: the passage graph the `graph` query mode walks (HippoRAG 2): entity nodes and chunk
+(passage) nodes; an edge of weight 1 between a chunk and each entity it mentions, relationship
+edges between entities (their weight), and synonym edges between entities (their similarity).
+
+Written as a folder of numpy arrays, `graph/passage-<digest>/` (named by the table versions
+and the synonym file it was built from), so a query process maps it from disk instead of
+building it from the tables: node ids sorted (entities, then chunks), an undirected graph as
+CSR (each edge both ways) with each entry's weight and kind, and each entity's chunk count.
+meta.json is written last.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright import ids
+from graphwright.stages.embed.synonyms import read_synonyms
+from graphwright.storage.delta import IndexStore
+from graphwright.util.numeric import to_numpy
+
+FORMAT = 2
+MANIFEST_KEY = "graph"
+MENTION, RELATIONSHIP, SYNONYM = 0, 1, 2  # edge kinds
+ARRAYS = ("entity_ids", "chunk_ids", "indptr", "indices", "weights", "kinds", "chunk_counts")
+
+
+def write_passage_graph(store: IndexStore, synonyms: str | None) -> str:
+    """The passage graph's meta.json path (built unless this state's graph exists)."""
+    versions = {name: store.version(name) for name in ("chunks", "entities", "relationships")}
+    digest = ids.stable_id("passage-graph", FORMAT, *sorted(versions.items()), synonyms or "", length=16)
+    relative = f"graph/passage-{digest}/meta.json"
+    if store.files.exists(relative):
+        return relative
+    arrays, meta = build(store, synonyms)
+    folder = relative.rsplit("/", 1)[0]
+    with tempfile.TemporaryDirectory(prefix="graphwright-graph-") as tmp:
+        for name, array in arrays.items():
+            np.save(Path(tmp) / f"{name}.npy", array)
+            store.files.write_file(f"{folder}/{name}.npy", Path(tmp) / f"{name}.npy")
+    store.files.write_bytes(relative, json.dumps(meta).encode())
+    return relative
+
+
+def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray], dict]:
+    entities = store.read("entities", columns=["entity_id"]).column("entity_id").combine_chunks()
+    entity_keys = pc.take(entities, pc.sort_indices(entities))
+    chunks = store.read("chunks", columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    chunk_keys = pc.take(chunks, pc.sort_indices(chunks))
+    n_entities, n_chunks = len(entity_keys), len(chunk_keys)
+    src, dst, weight, kind = [], [], [], []
+
+    def add(a: np.ndarray, b: np.ndarray, w: np.ndarray, k: int) -> None:
+        ok = (a >= 0) & (b >= 0)  # an id the node lists do not hold (never, in a consistent index)
+        a, b, w = a[ok], b[ok], w[ok].astype(np.float32)
+        src.extend((a, b))
+        dst.extend((b, a))
+        weight.extend((w, w))
+        kind.extend((np.full(len(a), k, np.int8),) * 2)
+
+    for batch in store.scanner("entities")(["entity_id", "chunk_ids"]):
+        lists = batch.column("chunk_ids")
+        owner = _codes(pc.take(batch.column("entity_id"), pc.list_parent_indices(lists)), entity_keys)
+        chunk = _codes(pc.list_flatten(lists), chunk_keys)
+        add(owner, n_entities + np.where(chunk >= 0, chunk, -n_entities - 1), np.ones(len(owner)), MENTION)
+    for batch in store.scanner("relationships")(["source_id", "target_id", "weight"]):
+        add(_codes(batch.column("source_id"), entity_keys), _codes(batch.column("target_id"), entity_keys),
+            to_numpy(batch.column("weight"), np.float64), RELATIONSHIP)
+    pairs = read_synonyms(store.files, synonyms)
+    if pairs is not None and pairs.num_rows:
+        add(_codes(pairs.column("entity_id"), entity_keys), _codes(pairs.column("other_id"), entity_keys),
+            to_numpy(pairs.column("similarity"), np.float32), SYNONYM)
+    n = n_entities + n_chunks
+    src_all = np.concatenate(src) if src else np.zeros(0, np.int64)
+    order = np.argsort(src_all, kind="stable")
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(src_all, minlength=n), out=indptr[1:])
+    mentions = np.concatenate([a for a, k in zip(src, kind) if len(k) and k[0] == MENTION] or [np.zeros(0, np.int64)])
+    arrays = {
+        "chunk_counts": np.bincount(mentions[mentions < n_entities], minlength=n_entities).astype(np.int64),
+        "entity_ids": _fixed(entity_keys), "chunk_ids": _fixed(chunk_keys), "indptr": indptr,
+        "indices": (np.concatenate(dst) if dst else np.zeros(0, np.int64))[order].astype(np.int32),
+        "weights": (np.concatenate(weight) if weight else np.zeros(0, np.float32))[order],
+        "kinds": (np.concatenate(kind) if kind else np.zeros(0, np.int8))[order],
+    }
+    meta = {"format": FORMAT, "entities": n_entities, "chunks": n_chunks, "entries": int(len(order)),
+            "synonyms": synonyms, "arrays": list(ARRAYS)}
+    return arrays, meta
+
+
+def _codes(values, keys: pa.Array) -> np.ndarray:
+    """Positions of `values` in the sorted `keys` (-1 where absent)."""
+    return to_numpy(pc.fill_null(pc.index_in(values, value_set=keys), -1), np.int64)
+
+
+def _fixed(keys: pa.Array) -> np.ndarray:
+    """Sorted ids as a fixed-width bytes array (searchsorted finds an id without a hash table)."""
+    values = keys.to_pylist()
+    width = max((len(v) for v in values), default=1)
+    return np.array([v.encode() for v in values], dtype=f"S{width}")

@@ -1,0 +1,105 @@
+"""Embed: synonym edges between entities whose names embed alike (HippoRAG 2): each entity's
+`search_index.synonym_neighbours` nearest names by the entity-name vector index, kept where the
+cosine similarity is at least `search_index.synonym_threshold` and both names have more than two
+letters or digits.
+
+Kept incremental: the published version's pairs are kept where both names are unchanged, and
+only new or renamed entities are searched (similarity is symmetric, so a new name finds its
+older neighbours). Written as `graph/synonyms-<digest>.parquet` (entity_id, other_id,
+similarity; entity_id < other_id) with the names it covers beside it (`.covered.parquet`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphwright import ids
+from graphwright.engines.vectors import load_from
+from graphwright.stages.embed.vector_files import vector_matrix
+from graphwright.storage import manifest
+from graphwright.storage.delta import IndexStore
+
+MANIFEST_KEY = "synonyms"
+NAME_KIND = "entity_name"  # the embeddings kind of entity names
+SEARCH_BATCH = 4096
+
+
+def covered_path(relative: str) -> str:
+    return relative.removesuffix(".parquet") + ".covered.parquet"
+
+
+def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str | None:
+    """The synonym file for the entity-name vector index `name_index` (a path in the index's
+    files), built or updated; None when synonyms are off."""
+    si = cfg.search_index
+    if si.synonym_threshold >= 1:
+        return None
+    relative = f"graph/synonyms-{ids.stable_id('synonyms', si.synonym_threshold, si.synonym_neighbours, name_index, length=16)}.parquet"
+    if store.files.exists(relative):
+        return relative
+    vi = load_from(store.files, name_index)
+    live = [(p, i, h) for p, (i, h) in enumerate(zip(vi.ids, vi.text_hashes or [""] * len(vi.ids))) if i is not None]
+    names = _names(store)
+    eligible = {i for i, n in names.items() if len(re.sub(r"[\W_]", "", n)) > 2}
+    now = {i: h for _, i, h in live}
+    pairs: dict[tuple[str, str], float] = {}
+    previous = _published(store)
+    unchanged: set[str] = set()
+    if previous is not None:
+        old_pairs, old_covered = previous
+        unchanged = {i for i, h in zip(old_covered.column("entity_id").to_pylist(), old_covered.column("text_hash").to_pylist())
+                     if now.get(i) == h}
+        for a, b, s in zip(*(old_pairs.column(c).to_pylist() for c in ("entity_id", "other_id", "similarity"))):
+            if a in unchanged and b in unchanged:
+                pairs[(a, b)] = s
+    todo = [(p, i) for p, i, _ in live if i not in unchanged and i in eligible]
+    k = min(si.synonym_neighbours + 1, len(live))
+    where = f"kind = '{NAME_KIND}' AND model = '{model}'"
+    for start in range(0, len(todo), SEARCH_BATCH):
+        part = todo[start:start + SEARCH_BATCH]
+        vectors = vector_matrix(store, where, pa.chunked_array([pa.array([i for _, i in part], pa.string())]))
+        for (_, item), hits in zip(part, vi.search(vectors, k)):
+            for other, score in hits:
+                if other != item and score >= si.synonym_threshold and other in eligible:
+                    key = (item, other) if item < other else (other, item)
+                    pairs[key] = max(pairs.get(key, -1.0), round(score, 6))
+    ordered = sorted(pairs.items())
+    table = pa.table({"entity_id": pa.array([a for (a, _), _ in ordered], pa.string()),
+                      "other_id": pa.array([b for (_, b), _ in ordered], pa.string()),
+                      "similarity": pa.array([s for _, s in ordered], pa.float32())})
+    covered = pa.table({"entity_id": pa.array(list(now), pa.string()), "text_hash": pa.array(list(now.values()), pa.string())})
+    store.files.write_bytes(covered_path(relative), _parquet(covered))
+    store.files.write_bytes(relative, _parquet(table))  # last: its presence means both are complete
+    return relative
+
+
+def read_synonyms(files, relative: str | None) -> pa.Table | None:
+    if relative is None or not files.exists(relative):
+        return None
+    return pq.read_table(pa.BufferReader(files.read_bytes(relative)))
+
+
+def _published(store: IndexStore) -> tuple[pa.Table, pa.Table] | None:
+    try:
+        relative = manifest.load_manifest(store)["vector_indexes"].get(MANIFEST_KEY)
+    except manifest.NoPublishedVersion:
+        return None
+    if relative is None or not store.files.exists(relative) or not store.files.exists(covered_path(relative)):
+        return None
+    return (pq.read_table(pa.BufferReader(store.files.read_bytes(relative))),
+            pq.read_table(pa.BufferReader(store.files.read_bytes(covered_path(relative)))))
+
+
+def _names(store: IndexStore) -> dict[str, str]:
+    ent = store.read("entities", columns=["entity_id", "name"])
+    return dict(zip(ent.column("entity_id").to_pylist(), ent.column("name").to_pylist()))
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+

@@ -1,0 +1,189 @@
+"""The files the embed stage writes for retrieval beside the vector indexes: lexical (BM25)
+indexes, synonym edges and the passage graph. Built once, updated with what changed (equal to a
+fresh build), pinned by the manifest, never overwritten, and removed by retention when no kept
+version needs them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+import tantivy
+from _helpers import CORPUS, make_config, run
+
+from graphwright.engines.lexical import open_version
+from graphwright.ops.versions import retain
+from graphwright.query.passage_graph import PassageGraph
+from graphwright.query.searcher import Searcher
+from graphwright.stages.embed.passage_graph import MENTION, RELATIONSHIP, SYNONYM
+from graphwright.stages.embed.synonyms import read_synonyms
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.manifest import load_manifest
+
+# entity names that embed alike with the test profile's hashing embedder (shared words)
+SYNONYMS = {"synonym_threshold": 0.5}
+
+
+def _files(index) -> dict[str, str]:
+    return {str(p.relative_to(index)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for folder in ("lexical", "graph") for p in (index / folder).rglob("*") if p.is_file()}
+
+
+def _lexical_rows(index, kind: str) -> dict[str, dict]:
+    store = IndexStore(index)
+    lexical = open_version(store.files, load_manifest(store)["vector_indexes"][f"lexical:{kind}"])
+    hits = lexical.searcher.search(tantivy.Query.all_query(), len(lexical) or 1, count=False).hits
+    rows = {}
+    for _, address in hits:
+        doc = lexical.searcher.doc(address)
+        rows[doc["item_id"][0]] = json.loads(bytes(doc["row"][0]))
+    return rows
+
+
+def _graph_edges(index) -> set[tuple[str, str, int, float]]:
+    store = IndexStore(index)
+    graph = PassageGraph(store.files, load_manifest(store)["vector_indexes"]["graph"])
+    out = set()
+    for node in range(graph.n_entities + graph.n_chunks):
+        neighbours, weights, kinds = graph.row(node)
+        for other, w, k in zip(neighbours.tolist(), weights.tolist(), kinds.tolist()):
+            out.add((graph.ids([node])[0], graph.ids([other])[0], k, round(w, 4)))
+    return out
+
+
+def _synonyms(index) -> list[dict]:
+    store = IndexStore(index)
+    return read_synonyms(store.files, load_manifest(store)["vector_indexes"].get("synonyms")).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    """The test corpus indexed, then updated (one document edited, one deleted, one added), and
+    the updated corpus indexed fresh: (first index files, updated index, fresh index)."""
+    root = tmp_path_factory.mktemp("search-files")
+    corpus = root / "corpus"
+    shutil.copytree(CORPUS, corpus)
+    config = make_config(search_index=SYNONYMS)
+    run([corpus], root / "updated", config)
+    first = _files(root / "updated")
+    first_manifest = load_manifest(IndexStore(root / "updated"))
+    text = (corpus / "harbor.txt").read_text()
+    (corpus / "harbor.txt").write_text(text + "\nCaptain Mara Voss later sold the Kestrel to Captain Mara Vossberg.\n")
+    (corpus / "council.txt").unlink()
+    (corpus / "ledger.txt").write_text("The Amberfield Ledger recorded that Pell Arden paid Tobias Reed for the copper.\n")
+    run([corpus], root / "updated", config)
+    run([corpus], root / "fresh", config)
+    return first, first_manifest, root / "updated", root / "fresh"
+
+
+def test_the_manifest_pins_lexical_indexes_synonyms_and_the_passage_graph(indexed):
+    pinned = load_manifest(indexed.store)["vector_indexes"]
+    assert {"lexical:chunk", "lexical:entity", "lexical:relationship", "lexical:report", "graph", "synonyms"} <= set(pinned)
+    for path in pinned.values():
+        assert (indexed.index / path).exists()
+
+
+def test_an_update_equals_a_fresh_build(versions):
+    _, _, updated, fresh = versions
+    for kind in ("chunk", "entity", "relationship", "report"):
+        assert _lexical_rows(updated, kind) == _lexical_rows(fresh, kind), kind
+    assert _synonyms(updated) == _synonyms(fresh)
+    assert _graph_edges(updated) == _graph_edges(fresh)
+
+
+def test_an_update_overwrites_no_file_of_the_published_version(versions):
+    first, first_manifest, updated, _ = versions
+    after = _files(updated)
+    assert {p: after.get(p) for p in first} == first  # every earlier file still there, unchanged
+    assert load_manifest(IndexStore(updated))["vector_indexes"]["lexical:chunk"] != first_manifest["vector_indexes"]["lexical:chunk"]
+    # the earlier version still answers from its own files
+    old = Searcher(str(updated), version=first_manifest["version"])
+    assert any(c["text"].startswith("The council") or "council" in c["text"].casefold()
+               for c in old.chunks([c for c, _ in old.lexical_search("chunk", "council meeting", 5)]).values())
+
+
+def test_an_update_searches_new_text_and_forgets_deleted_text(versions):
+    _, _, updated, _ = versions
+    searcher = Searcher(str(updated))
+    hits = searcher.chunks([c for c, _ in searcher.lexical_search("chunk", "Vossberg ledger", 3)])
+    assert any("Vossberg" in r["text"] for r in hits.values()) and any("Ledger" in r["text"] for r in hits.values())
+    assert all(r["source_key"] != "council.txt" for r in searcher.chunks(list(_lexical_rows(updated, "chunk"))).values())
+
+
+def test_a_rerun_on_unchanged_input_rewrites_nothing(versions, tmp_path):
+    _, _, updated, _ = versions
+    before = _files(updated)
+    copy = tmp_path / "index"
+    shutil.copytree(updated, copy)
+    summary = run([updated.parent / "corpus"], copy, make_config(search_index=SYNONYMS))  # read from the same place
+    assert _files(copy) == before
+    assert load_manifest(IndexStore(copy))["version"] == load_manifest(IndexStore(updated))["version"], summary
+
+
+def test_synonym_edges_join_names_that_embed_alike(versions):
+    _, _, updated, _ = versions
+    searcher = Searcher(str(updated))
+    names = {r["entity_id"]: r["name"] for r in IndexStore(updated).read("entities", columns=["entity_id", "name"]).to_pylist()}
+    pairs = {(names[p["entity_id"]], names[p["other_id"]]) for p in _synonyms(updated)}
+    assert any({"Captain Mara Voss", "Captain Mara Vossberg"} == set(p) for p in pairs)
+    for p in _synonyms(updated):
+        assert p["entity_id"] < p["other_id"] and p["similarity"] >= SYNONYMS["synonym_threshold"]
+    kinds = {k for _, _, k, _ in _graph_edges(updated)}
+    assert kinds == {MENTION, RELATIONSHIP, SYNONYM}
+    assert searcher.graph.n_chunks == IndexStore(updated).count("chunks")
+
+
+def test_the_passage_graph_joins_each_chunk_to_the_entities_it_mentions(indexed):
+    searcher = Searcher(str(indexed.index))
+    graph = searcher.graph
+    rows = indexed.store.read("entities", columns=["entity_id", "chunk_ids"]).to_pylist()
+    for row in rows:
+        node = graph.entity_nodes([row["entity_id"]])[0]
+        assert sorted(graph.ids(graph.chunks_of(node))) == sorted(row["chunk_ids"])
+        assert graph.chunk_count([node])[0] == len(row["chunk_ids"])
+    rel = indexed.store.read("relationships", columns=["source_id", "target_id", "weight"]).to_pylist()
+    pairs = {(min(a, b), max(a, b)): w for a, b, w in graph.relationship_pairs(graph.entity_nodes([r["source_id"] for r in rel]), touching=True)}
+    for r in rel:
+        a, b = graph.entity_nodes([r["source_id"], r["target_id"]])
+        assert pairs[(min(a, b), max(a, b))] == pytest.approx(r["weight"])
+    assert np.all(graph.entity_nodes(["not-an-entity"]) == -1)
+
+
+def test_lookups_from_lexical_indexes_equal_the_tables(indexed):
+    searcher = Searcher(str(indexed.index))
+    chunks = indexed.store.read("chunks", columns=["chunk_id", "doc_id", "text"]).to_pylist()
+    stored = searcher.chunks([c["chunk_id"] for c in chunks])
+    assert {c: (r["doc_id"], r["text"]) for c, r in stored.items()} == {c["chunk_id"]: (c["doc_id"], c["text"]) for c in chunks}
+    entities = indexed.store.read("entities").to_pylist()
+    rows = searcher.entities([e["entity_id"] for e in entities] + ["missing"])
+    for e in entities:
+        r = rows[e["entity_id"]]
+        assert (r["name"], r["type"], r["description"], r["n_chunks"]) == (e["name"], e["type"], e["description"], len(e["chunk_ids"]))
+        assert r["chunk_ids"] == e["chunk_ids"][:10] and sorted(searcher.entity_chunks(r)) == sorted(e["chunk_ids"])
+    assert "missing" not in rows
+    reports = indexed.store.read("community_reports", columns=["community_id", "level", "title", "summary", "rating", "full_content"]).to_pylist()
+    assert searcher.reports([r["community_id"] for r in reports]) == {r["community_id"]: r for r in reports}
+
+
+@pytest.mark.parametrize("question", ['"unbalanced quote', "title:(x OR", "a" * 20000, "\x00\x1f", "", "the of and"])
+def test_bm25_takes_any_question(indexed, question):
+    searcher = Searcher(str(indexed.index))
+    assert isinstance(searcher.lexical_search("chunk", question, 5), list)
+
+
+def test_retention_removes_search_files_no_kept_version_needs(versions, tmp_path):
+    _, first_manifest, updated, _ = versions
+    copy = tmp_path / "index"
+    shutil.copytree(updated, copy)
+    store = IndexStore(copy)
+    latest = load_manifest(store)
+    retain(store, keep=1)
+    left = _files(copy)
+    for path in latest["vector_indexes"].values():
+        assert path in left or path.startswith("vectors/")
+    old = first_manifest["vector_indexes"]["lexical:chunk"]
+    assert old not in left and old != latest["vector_indexes"]["lexical:chunk"]
+    assert Searcher(str(copy)).lexical_search("chunk", "copper", 3)  # the kept version still searches
