@@ -40,6 +40,19 @@ def test_stages_skip_when_nothing_they_read_moved_and_run_when_it_did(tmp_path):
     assert not any(changed[s].get("skipped") for s in ("cluster", "report", "embed"))
 
 
+def test_embed_runs_again_when_only_what_the_search_files_read_changed(tmp_path):
+    from graphwright.storage.manifest import load_manifest
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    before = load_manifest(IndexStore(index))["vector_indexes"]
+    config = load_config(overrides={**CONFIG.model_dump(), "search_index": {"synonym_threshold": 0.95}})
+    summary = run_index([str(src)], index, config, show_progress=False, log=lambda m: None)
+    assert not _details(index, summary)["embed"].get("skipped")  # a search-file setting changed: rebuilt
+    assert load_manifest(IndexStore(index))["vector_indexes"]["synonyms"] != before["synonyms"]
+
+
 def test_embed_reads_the_text_of_new_chunks_only(tmp_path, monkeypatch):
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()

@@ -23,8 +23,10 @@ ENTITY_TEXT_CHARS = 600
 
 def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config
-    reads = ("entities", "chunks", "community_reports") + (("relationships",) if cfg.embed.relationships else ())
-    memo = StageMemo(store, "embed", reads, ("embeddings",), cfg.embed.model_dump_json() + cfg.vectors.model_dump_json())
+    # everything the vectors and the search files are built from: titles, aliases and relationships too
+    reads = tuple(t for t in STAGE.reads if t != "embeddings")
+    settings = cfg.embed.model_dump_json() + cfg.vectors.model_dump_json() + cfg.search_index.model_dump_json()
+    memo = StageMemo(store, "embed", reads, ("embeddings",), settings)
     last = memo.unchanged()
     if last and all(store.files.exists(f) for f in last["vector_indexes"].values() if f):
         counts = {k: {"embedded": 0, "reused": c["embedded"] + c["reused"], "removed": 0} for k, c in last["counts"].items()}
