@@ -438,3 +438,30 @@ def test_query_time_calls_of_the_batch_engine_are_synchronous(api):
     assert isinstance(make_llm(config), OpenAIEngine)
     session = query_session(config)
     assert not session.batched and isinstance(session.engine(), OpenAIEngine)
+
+
+def test_a_batch_reply_that_needed_repairs_is_used_not_cached_and_asked_once_more(api, corpus, tmp_path):
+    """As on the synchronous path: a partial answer (here a duplicated entity) is used by this
+    run, is not stored in llm_cache, and the next run asks for that chunk once more."""
+    from graphwright.engines.llm import standin
+
+    index = tmp_path / "index"
+    waiting = waiting_run(corpus, index, batch_config(api, wait_s=0))
+    provider_id = next(r for r in batch_rows(IndexStore(index)) if r["batch_id"] == waiting.batches[0]["batch_id"])["provider_batch_id"]
+    line = api.lines(provider_id)[0]
+    reply = json.loads(standin.answer(line["body"]["messages"]))
+    assert reply["entities"], "the premise: the stand-in names an entity in the chunk"
+    reply["entities"].append(dict(reply["entities"][0]))  # the same entity twice: repaired by the parser
+    api.complete(provider_id, errors={0: json.dumps(reply)})
+
+    summary = run([corpus], index, batch_config(api))
+    store = IndexStore(index)
+    assert summary["version"] == 1
+    partial = store.read("extractions", where="status = 'partial'").to_pylist()
+    assert len(partial) == 1 and "duplicate" in partial[0]["notes"]
+    assert line["custom_id"] not in store.read("llm_cache").column("key").to_pylist()
+
+    again = waiting_run(corpus, index, batch_config(api, wait_s=0))
+    (batch,) = again.batches
+    provider_again = next(r for r in batch_rows(store) if r["batch_id"] == batch["batch_id"])["provider_batch_id"]
+    assert custom_ids(api, provider_again) == [line["custom_id"]]  # that chunk alone, asked once more

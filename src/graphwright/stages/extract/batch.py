@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from graphwright.engines.llm.batch.files import NOT_CACHED
 from graphwright.engines.llm.interface import LLMRequest, LLMResponse
 from graphwright.stages.extract.parse import ParseError, parse_extraction
 from graphwright.stages.extract.prompts import system_prompt
@@ -35,15 +36,18 @@ class Answered:
         return out
 
 
-def usable(answer: str, text: str, config) -> str | None:
-    """Why the extractor could not read `answer` for a chunk of `text`, or None."""
+def usable(answer: str, text: str, config, trusted: bool = True) -> str | None:
+    """Why the extractor could not read `answer` for a chunk of `text`, or None; NOT_CACHED for
+    a reply that needed repairs, unless `trusted` (the chunk's last reply needed them too): the
+    workers use it as partial and the next run asks once more, as on the synchronous path."""
+    notes: dict = {}
     try:
-        parse_extraction(answer, config.entity_types, text, config, {})
+        parse_extraction(answer, config.entity_types, text, config, notes)
     except ParseError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - as the worker's last line of defence would
         return f"could not read the reply: {type(exc).__name__}: {str(exc)[:200]}"
-    return None
+    return NOT_CACHED if notes and not trusted else None
 
 
 def answer_in_batches(run, work: pa.Table) -> tuple[pa.Table, Answered]:
@@ -67,7 +71,8 @@ def answer_in_batches(run, work: pa.Table) -> tuple[pa.Table, Answered]:
             requests.append(extraction_request(system, history, cfg.llm))
         if not requests:
             continue
-        responses = engine.complete(requests, check=lambda i, answer: usable(answer, asking[i]["text"], cfg.extract))
+        responses = engine.complete(requests, check=lambda i, answer: usable(answer, asking[i]["text"], cfg.extract,
+                                                                         asking[i]["retried"]))
         for row, request, response in zip(asking, requests, responses):
             key = request.cache_key(cfg.llm.model)
             if response.ok:

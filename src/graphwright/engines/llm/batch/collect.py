@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from graphwright.engines.llm.batch.files import Outcome, read_results
+from graphwright.engines.llm.batch.files import NOT_CACHED, Outcome, read_results
 from graphwright.engines.llm.batch.ledger import BatchLedger
 from graphwright.engines.llm.batch.providers import TERMINAL
 from graphwright.engines.llm.cache import lookup
@@ -75,7 +75,10 @@ def collect(ctx, ledger: BatchLedger, provider, batch_id: str, check: Check | No
             outcomes.setdefault(key, Outcome(LLMResponse(text=None, error=unanswered), retry=True))
         for key, outcome in outcomes.items():
             if outcome.response.ok and check is not None and (why := check(key, outcome.response.text)):
-                outcome.response.error = f"unusable answer: {why}"[:500]
+                if why is NOT_CACHED:
+                    outcome.cache = False
+                else:
+                    outcome.response.error = f"unusable answer: {why}"[:500]
         ctx.check_lock()
         stored = _store_answers(ctx, row["model"], members, outcomes)
         prompt = sum(o.response.prompt_tokens for o in outcomes.values())
@@ -93,7 +96,7 @@ def collect(ctx, ledger: BatchLedger, provider, batch_id: str, check: Check | No
 
 def _store_answers(ctx, model: str, members: dict[str, dict], outcomes: dict[str, Outcome]) -> list[str]:
     """Append the usable answers the cache does not hold yet; their keys."""
-    usable = [k for k, o in outcomes.items() if o.response.ok]
+    usable = [k for k, o in outcomes.items() if o.response.ok and o.cache]
     if not usable:
         return []
     have = set(lookup(ctx.store, usable).column("key").to_pylist())

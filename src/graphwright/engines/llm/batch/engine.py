@@ -33,7 +33,8 @@ from graphwright.engines.llm.cache import cached_answers, response_of
 from graphwright.engines.llm.interface import LLMRequest, LLMResponse
 from graphwright.pipeline.errors import WaitingOnBatch
 
-RequestCheck = Callable[[int, str], str | None]  # (index of the request, answer) -> why it is unusable, or None
+# (index of the request, answer) -> why it is unusable, or None, or files.NOT_CACHED (use it, do not store it)
+RequestCheck = Callable[[int, str], str | None]
 
 
 @dataclass

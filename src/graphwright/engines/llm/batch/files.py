@@ -38,6 +38,9 @@ class RequestFile:
     max_completion_tokens: int
 
 
+NOT_CACHED = "usable now, not cached"  # what a request check returns for an answer to use but not store
+
+
 @dataclass
 class Outcome:
     """A request's result in a batch: an answer, or an error; `retry` when a new batch may answer
@@ -45,6 +48,7 @@ class Outcome:
 
     response: LLMResponse
     retry: bool = False
+    cache: bool = True  # False: usable now, but not stored (a reply that needed repairs is asked once more)
 
 
 def request_line(key: str, request: LLMRequest, config) -> bytes:
