@@ -45,3 +45,14 @@ def test_batches_reuse_the_connections_the_first_batch_opened():
             replies = engine.complete([LLMRequest(messages=(("user", f"q{batch}-{i}"),)) for i in range(8)])
             assert [r.text for r in replies] == ["ok"] * 8
     assert _KeepAlive.connections <= 4, f"{_KeepAlive.connections} connections for 48 requests over 6 batches"
+
+
+def test_closing_the_engine_stops_its_threads():
+    with LoopbackServer(_KeepAlive) as server:
+        engine = OpenAIEngine(LLMConfig(model="m", base_url=server.base_url, api_key_env=None, concurrency=4))
+        engine.complete([LLMRequest(messages=(("user", f"q{i}"),)) for i in range(8)])
+        assert any(t.name.startswith("llm-http") for t in threading.enumerate())
+        engine.close()
+        for t in [t for t in threading.enumerate() if t.name.startswith("llm-http")]:
+            t.join(timeout=5)
+        assert not any(t.name.startswith("llm-http") for t in threading.enumerate())

@@ -127,6 +127,13 @@ class OpenAIClient:
             return [fn(x) for x in items]
         return list(self._threads().map(fn, items))
 
+    def close(self) -> None:
+        """Stop the pool's threads (a later map starts a new pool)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
     def _threads(self) -> ThreadPoolExecutor:
         # One pool for the client's life: its threads keep their sessions, so the connections they
         # opened are reused by every later batch instead of being opened again per batch.
@@ -203,3 +210,6 @@ class OpenAIEngine:
 
     def complete(self, requests_: list[LLMRequest]) -> list[LLMResponse]:
         return self.client.map(self.complete_one, requests_)
+
+    def close(self) -> None:
+        self.client.close()
