@@ -176,6 +176,24 @@ def test_a_missing_or_altered_search_file_is_named_and_rolled_back_to_an_intact_
     assert problem["what"] == "search" and "does not have the sha256 the manifest recorded" in problem["detail"]
 
 
+def test_search_files_deleted_by_hand_are_rebuilt_by_the_next_index_run(index):
+    shutil.rmtree(index / "lexical")
+    assert not check(IndexStore(index))["ok"]
+    result = cli("index", str(index.parent / "corpus"), "--index", str(index), "--config", str(CONFIG_FILE))
+    assert result.exit_code == 0, result.output
+    import re
+
+    assert re.search(r"recomputed entities (unchanged|\+\d+ -\d+ ~\d+), relationships", re.sub(r"[\s│]+", " ", result.output))
+    assert check(IndexStore(index))["ok"]  # the rebuilt version files are hashed, not taken from the old manifest
+
+
+def test_the_summary_of_a_run_whose_resolve_had_nothing_to_do():
+    from graphwright.cli.indexing import _diff
+
+    assert _diff({"unchanged": True}) == "unchanged"  # resolve's note when its inputs did not move
+    assert _diff({"added": 2, "removed": 1, "changed": 0}) == "+2 -1 ~0"
+
+
 def test_a_broken_log_at_the_latest_version_only_is_named_for_the_next_run(index):
     """A table written after the last publish (a failed run): queries still work, the check says
     the next run would fail, and the repair rolls back to the published version."""

@@ -209,13 +209,19 @@ def _print_summary(s: dict) -> None:
     t.add_row("seconds", "  ".join(f"{k} {v:.1f}" for k, v in s["seconds"].items()) + f"  total {sum(s['seconds'].values()):.1f}")
     r = s.get("recomputed")
     if r:
-        ents, rels = r["entities"], r["relationships"]
-        t.add_row("recomputed", f"entities +{ents['added']} -{ents['removed']} ~{ents['changed']}, relationships +{rels['added']} -{rels['removed']} ~{rels['changed']}, "
+        t.add_row("recomputed", f"entities {_diff(r['entities'])}, relationships {_diff(r['relationships'])}, "
                   f"reports built {r['reports_built']} / reused {r['reports_reused']}")
     t.add_row("version", f"{s['version']}" + ("  (new)" if s["new_version"] else "  (unchanged: nothing new to publish)"))
     if s["source_errors"]:
         t.add_row("skipped inputs", str(len(s["source_errors"])))
     out.print(t)
+
+
+def _diff(d: dict) -> str:
+    """A table's row changes; resolve reports {"unchanged": True} when it had nothing to do."""
+    if d.get("unchanged"):
+        return "unchanged"
+    return f"+{d.get('added', 0)} -{d.get('removed', 0)} ~{d.get('changed', 0)}"
 
 
 @app.command()

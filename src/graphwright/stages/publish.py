@@ -49,10 +49,14 @@ def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_index
 
 def vector_digests(store: IndexStore, vector_indexes: dict[str, str], previous: list[dict], written: dict[str, str]) -> dict[str, str]:
     """sha256 of every file of `vector_indexes` (each vector index and its ids file, each search file)."""
-    from graphwright.stages.embed.pinned_files import files_of
+    from graphwright.stages.embed.pinned_files import files_of, is_search_file
     from graphwright.storage.health import file_digest
 
-    known = {f: d for m in previous for f, d in (m.get("vector_files") or {}).items()}
+    # a file keeps the digest an earlier version recorded: vector files are rewritten only by
+    # their stage (which reports what it wrote), segments and arrays never; a search index's
+    # version file and item list are small and rewritten in place when it is rebuilt, so hashed
+    known = {f: d for m in previous for f, d in (m.get("vector_files") or {}).items()
+             if not (is_search_file(f) and f.endswith((".json", ".ids.parquet")))}
     known.update(written)
     paths = [p for relative in vector_indexes.values() for p in files_of(store.files, relative)]
     return {p: known[p] if p in known else file_digest(store.files, p) for p in sorted(paths)}
