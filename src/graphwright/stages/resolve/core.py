@@ -120,23 +120,8 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
             stats.update(link_stats)
         del profiles
         memory.release()
-    mentioned = dict(zip(keys, np.bincount(m_key, weights=m["count"], minlength=len(keys)).astype(np.int64).tolist()))
-    members: dict[str, list[str]] = {}
-    for k in keys:
-        members.setdefault(label[k], []).append(k)
-    canonical = {}
-    for ks in members.values():
-        c = canonical_key(ks, mentioned)
-        canonical.update({k: c for k in ks})
-
-    # entities in canonical-key order; a relationship's endpoints ordered by entity id
-    entity_keys = sorted(set(canonical.values()))
-    entity_ids = [ids.entity_id(c) for c in entity_keys]
+    canonical, entity_keys, entity_ids, position, entity_of_key, id_rank = key_entities(keys, label, m_key, m["count"])
     n_entities = len(entity_keys)
-    position = {c: i for i, c in enumerate(entity_keys)}
-    entity_of_key = np.array([position[canonical[k]] for k in keys], dtype=np.int64)
-    id_rank = np.empty(n_entities, dtype=np.int64)
-    id_rank[np.argsort(np.array(entity_ids, dtype=object), kind="stable")] = np.arange(n_entities)
     m_entity = entity_of_key[m_key]
     entity_names = _best_names(m_entity, m["name"], m["count"], n_entities, names.values)
 
@@ -150,13 +135,7 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     ent_parts = _Parts(m_entity, n_entities, None, m, rank, limit, want)
     ent_texts = fetch_texts(as_scan(mentions), ent_parts.needed())
     memory.release()
-    descriptions = []
-    for p in range(len(ent_parts)):
-        _, _, plan = ent_parts.plan(p)
-        descriptions.append(plan.merge(ent_texts))
-        for i, ordered in plan.overflow(ent_texts).items() if want else ():
-            i += int(ent_parts.cuts[p])
-            overflow[("entities", entity_ids[i])] = (entity_names[i], ordered)
+    descriptions = merged_descriptions(ent_parts, ent_texts, entity_ids, entity_names, overflow if want else None)
     del ent_parts, ent_texts
     entities = pa.table({
         "entity_id": pa.array(entity_ids, pa.string()),
@@ -180,6 +159,40 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     parts = _relationship_parts(as_scan(assertions), a, rel_parts, endpoints, chunk_names, doc_names, overflow)
     return Resolved(*(_conform(t, name) for t, name in ((entities, "entities"), (aliases, "entity_aliases"))),
                     len(pairs), parts)
+
+
+def key_entities(keys: list[str], label: dict[str, str], m_key: np.ndarray, m_count: np.ndarray):
+    """The entities the linked keys form: (canonical key of each key, entity keys in canonical-key
+    order, their ids, entity index by canonical key, entity index of each key, each entity's rank
+    by id: a relationship's endpoints are ordered by entity id)."""
+    mentioned = dict(zip(keys, np.bincount(m_key, weights=m_count, minlength=len(keys)).astype(np.int64).tolist()))
+    members: dict[str, list[str]] = {}
+    for k in keys:
+        members.setdefault(label[k], []).append(k)
+    canonical = {}
+    for ks in members.values():
+        c = canonical_key(ks, mentioned)
+        canonical.update({k: c for k in ks})
+    entity_keys = sorted(set(canonical.values()))
+    entity_ids = [ids.entity_id(c) for c in entity_keys]
+    position = {c: i for i, c in enumerate(entity_keys)}
+    entity_of_key = np.array([position[canonical[k]] for k in keys], dtype=np.int64)
+    id_rank = np.empty(len(entity_keys), dtype=np.int64)
+    id_rank[np.argsort(np.array(entity_ids, dtype=object), kind="stable")] = np.arange(len(entity_keys))
+    return canonical, entity_keys, entity_ids, position, entity_of_key, id_rank
+
+
+def merged_descriptions(parts: "_Parts", texts, entity_ids: list[str], names, overflow: dict | None) -> list:
+    """Each part's merged entity descriptions; with `overflow`, the texts over the limit of each
+    entity go there (by ("entities", id)) for summarizing."""
+    descriptions = []
+    for p in range(len(parts)):
+        _, _, plan = parts.plan(p)
+        descriptions.append(plan.merge(texts))
+        for i, ordered in plan.overflow(texts).items() if overflow is not None else ():
+            i += int(parts.cuts[p])
+            overflow[("entities", entity_ids[i])] = (names[i], ordered)
+    return descriptions
 
 
 def _supported_pairs(a_src: np.ndarray, a_tgt: np.ndarray, a_keep: np.ndarray, entity_of_key: np.ndarray,

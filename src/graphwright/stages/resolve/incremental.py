@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.resolve import core, state
-from graphwright.stages.resolve.linking import canonical_key, link_keys
+from graphwright.stages.resolve.linking import link_keys
 from graphwright.stages.resolve.rows import (
     build_entities,
     chunk_ranks,
@@ -144,22 +144,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)
         del profiles
         memory.release()
-    mentioned = dict(zip(keys, np.bincount(m_key, weights=m["count"], minlength=len(keys)).astype(np.int64).tolist()))
-    members: dict[str, list[str]] = {}
-    for k in keys:
-        members.setdefault(label[k], []).append(k)
-    canonical = {}
-    for ks in members.values():
-        c = canonical_key(ks, mentioned)
-        canonical.update({k: c for k in ks})
-
-    entity_keys = sorted(set(canonical.values()))
-    entity_ids = [ids.entity_id(c) for c in entity_keys]
+    canonical, entity_keys, entity_ids, position, entity_of_key, id_rank = core.key_entities(keys, label, m_key, m["count"])
     n_entities = len(entity_keys)
-    position = {c: i for i, c in enumerate(entity_keys)}
-    entity_of_key = np.array([position[canonical[k]] for k in keys], dtype=np.int64)
-    id_rank = np.empty(n_entities, dtype=np.int64)
-    id_rank[np.argsort(np.array(entity_ids, dtype=object), kind="stable")] = np.arange(n_entities)
     m_entity = entity_of_key[m_key] if len(m_key) else m_key
     sup_rows, a_pair, pairs = core._supported_pairs(a_src, a_tgt, a_keep, entity_of_key, id_rank)
     width = max(n_entities, 1)

@@ -141,14 +141,8 @@ def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities
     parts = core._Parts(group, k, None, sub, rank, limit, want)
     sub_rows = rows  # the parts index `sub`; the fetcher indexes `m`
     texts = fetch(parts.needed())
-    descriptions = []
     ids_ = [entity_ids[i] for i in chosen.tolist()]
-    for p in range(len(parts)):
-        _, _, plan = parts.plan(p)
-        descriptions.append(plan.merge(texts))
-        for i, ordered in plan.overflow(texts).items() if want else ():
-            i += int(parts.cuts[p])
-            overflow[("entities", ids_[i])] = (chosen_names[i], ordered)
+    descriptions = core.merged_descriptions(parts, texts, ids_, chosen_names, overflow if want else None)
     del sub_rows
     table = pa.table({
         "entity_id": pa.array(ids_, pa.string()),
