@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 from yarl import URL
+from _ports import free_port
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample" / "a_christmas_carol.txt"
 QUESTIONS = [
@@ -52,11 +52,6 @@ def build_sample_index(root: Path) -> None:
                     "--executor", "local", "--json"], check=True, stdout=subprocess.DEVNULL)
     print(f"indexed in {time.perf_counter() - started:.1f} s", flush=True)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def wait_healthy(session: aiohttp.ClientSession, base: str, server: subprocess.Popen, timeout_s: float) -> dict:

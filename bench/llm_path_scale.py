@@ -18,19 +18,14 @@ import json
 import math
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from _ports import free_port, wait_listening
 
 HERE = Path(__file__).resolve().parent
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency: int) -> dict:
@@ -68,15 +63,10 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
 
 
 def measure(corpus: Path, index: Path, src: str | None, a) -> dict:
-    port = _port()
+    port = free_port()
     stub = subprocess.Popen([sys.executable, str(HERE / "llm_stub.py"), str(port)], stdout=subprocess.PIPE, text=True)
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_listening(port)
         env = dict(os.environ)
         if src:
             env["PYTHONPATH"] = src

@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from _ports import free_port, wait_listening
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "hotpotqa-dev" / "corpus.jsonl"
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -43,16 +38,11 @@ def main() -> None:
     from graphwright.config import load_config
     from graphwright.pipeline.runner import run_index
 
-    port = _port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, str(REPO / "tests" / "fake_openai.py"), str(port)], stdout=subprocess.DEVNULL)
     work = Path(tempfile.mkdtemp(prefix="gw-overhead-"))
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_listening(port)
         url = f"http://127.0.0.1:{port}/v1"
         config = load_config(None, {
             "extract": {"engine": "llm"},

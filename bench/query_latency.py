@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _ports import free_port
 
 WARM_UP = 5
 
@@ -69,16 +69,11 @@ def in_process(index: Path, questions: list[str], modes: list[str]) -> dict:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def through_serve(index: Path, questions: list[str], modes: list[str]) -> dict:
     import requests
 
-    port = _free_port()
+    port = free_port()
     cli = str(Path(sys.executable).parent / "graphwright")
     # the index's parent is the served root; only this index is warmed and queried
     server = subprocess.Popen([cli, "serve", "--index-root", str(index.parent), "--no-auth", "--port", str(port), "--workers", "1"],
