@@ -19,6 +19,15 @@ CONFIG_FILE = DATA / "test-config.yaml"
 CORPUS_KEYS = {"harbor.txt", "festival.md", "council.txt", "notes/river.txt", "letter-1", "letter-2"}
 
 
+def two_documents(root: Path) -> Path:
+    """A corpus folder under `root` with two documents of the test corpus (nine chunks)."""
+    folder = root / "corpus"
+    folder.mkdir()
+    for name in ("harbor.txt", "festival.md"):
+        shutil.copy(CORPUS / name, folder / name)
+    return folder
+
+
 def make_config(**overrides: dict) -> PipelineConfig:
     """The fast test profile (tests/data/test-config.yaml) plus per-section overrides."""
     return load_config(CONFIG_FILE, overrides)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import yaml
-from _helpers import CORPUS, make_config, run
+from _helpers import CORPUS, make_config, run, two_documents
 from fake_batch_api import FakeBatchAPI
 from typer.testing import CliRunner
 
@@ -40,12 +40,7 @@ def api():
 
 @pytest.fixture
 def corpus(tmp_path):
-    """Two documents of the test corpus (nine chunks)."""
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for name in ("harbor.txt", "festival.md"):
-        shutil.copy(CORPUS / name, folder / name)
-    return folder
+    return two_documents(tmp_path)
 
 
 def batch_config(api, wait_s: float = 30.0, *, batch: dict | None = None, **sections):

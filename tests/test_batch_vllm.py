@@ -7,12 +7,11 @@ lines of both formats are read as hostile input."""
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from pathlib import Path
 
 import pytest
-from _helpers import CORPUS, DATA, make_config, run
+from _helpers import DATA, make_config, run, two_documents
 from fake_batch_api import FakeBatchAPI
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -36,11 +35,7 @@ EXAMPLES = DATA / "batch"
 
 @pytest.fixture
 def corpus(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for name in ("harbor.txt", "festival.md"):
-        shutil.copy(CORPUS / name, folder / name)
-    return folder
+    return two_documents(tmp_path)
 
 
 def files_config(wait_s: float = 0.0, via: str = "files", base_url: str = "http://127.0.0.1:9/v1"):
