@@ -28,6 +28,14 @@ COUNT_FIELDS = ("llm_calls", "cache_hits", "prompt_tokens", "completion_tokens",
                 "bytes_written")
 
 
+def stage_row(run_id: str, stage: str, **measured) -> dict:
+    """A stage_metrics row: what `measured` says, every other counter zero (a row written outside
+    the runner's stage loop: the LLM engine's, maintenance's)."""
+    zero = {"wall_s": 0.0, "cpu_s": 0.0, "rows_in": 0, "rows_out": 0, "worker_cpu_s": 0.0, "gpu_s": 0.0,
+            **dict.fromkeys(COUNT_FIELDS, 0), "work_unit": None, "work_done": None, "work_total": None}
+    return {"run_id": run_id, "stage": stage, **zero, **measured}
+
+
 def stage_cost(row: dict, prices: CostConfig, model: str) -> float:
     """Money for one stage_metrics row at `prices`."""
     cpu = (row.get("cpu_s") or 0.0) + (row.get("worker_cpu_s") or 0.0)

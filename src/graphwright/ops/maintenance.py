@@ -20,7 +20,7 @@ import time
 import pyarrow as pa
 
 from graphwright.config import MaintenanceConfig
-from graphwright.ops.costs import stage_cost
+from graphwright.ops.costs import stage_cost, stage_row
 from graphwright.ops.versions import retain
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.memo import rebase_notes
@@ -66,11 +66,8 @@ def maintain(store: IndexStore, run_id: str, config: MaintenanceConfig, cost=Non
     if due(store, config.vacuum_every, "vacuum"):
         details["vacuum"] = True
         details["retention"] = retain(store, config.keep_versions)
-    row = {"run_id": run_id, "stage": "maintain", "wall_s": time.perf_counter() - wall, "cpu_s": _cpu() - cpu,
-           "rows_in": 0, "rows_out": 0, "worker_cpu_s": 0.0, "gpu_s": 0.0, "llm_calls": 0, "cache_hits": 0,
-           "prompt_tokens": 0, "completion_tokens": 0, "batch_prompt_tokens": 0, "batch_completion_tokens": 0,
-           "bytes_written": written, "work_unit": "tables",
-           "work_done": len(details.get("compacted", {})), "work_total": len(config.optimize_tables)}
+    row = stage_row(run_id, "maintain", wall_s=time.perf_counter() - wall, cpu_s=_cpu() - cpu, bytes_written=written,
+                    work_unit="tables", work_done=len(details.get("compacted", {})), work_total=len(config.optimize_tables))
     row["cost"] = stage_cost(row, cost, model) if cost is not None else None
     row["details"] = json.dumps(details, sort_keys=True, default=str)
     store.upsert("stage_metrics", pa.Table.from_pylist([row]))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from graphwright.config import PipelineConfig
-from graphwright.ops.costs import stage_cost
+from graphwright.ops.costs import stage_cost, stage_row
 from graphwright.pipeline.errors import WaitingOnBatch
 from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.pipeline.progress import StageProgress
@@ -215,13 +215,9 @@ class Run:
         before = self.llm_totals["batch_prompt_tokens"], self.llm_totals["batch_completion_tokens"]
         self._llm.close(sweep=sweep)
         usage = self._llm.usage()
-        row = {
-            "run_id": self.run_id, "stage": "llm-engine", "wall_s": usage["held_s"], "cpu_s": 0.0, "rows_in": 0, "rows_out": 0,
-            "worker_cpu_s": 0.0, "gpu_s": usage["held_s"] * usage["gpus"], "llm_calls": 0, "cache_hits": 0,
-            "prompt_tokens": 0, "completion_tokens": 0, "batch_prompt_tokens": self.llm_totals["batch_prompt_tokens"] - before[0],
-            "batch_completion_tokens": self.llm_totals["batch_completion_tokens"] - before[1], "bytes_written": 0,
-            "work_unit": None, "work_done": None, "work_total": None,
-        }
+        row = stage_row(self.run_id, "llm-engine", wall_s=usage["held_s"], gpu_s=usage["held_s"] * usage["gpus"],
+                        batch_prompt_tokens=self.llm_totals["batch_prompt_tokens"] - before[0],
+                        batch_completion_tokens=self.llm_totals["batch_completion_tokens"] - before[1])
         row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)
         row["details"] = json.dumps({k: usage[k] for k in ("engine", "startup_s", "replicas", "gpus")}, sort_keys=True)
         self.metrics.append(row)
