@@ -32,14 +32,8 @@ def write_search_files(store, cfg, model: str, vector_files: dict[str, str], sec
 
 def unused_files(files, kept: list[dict]) -> list[str]:
     """The lexical and graph files that none of the `kept` manifests needs (for retention)."""
-    from graphwright.engines.lexical import files_in_use
-    from graphwright.stages.embed.synonyms import covered_path
+    from graphwright.stages.embed.pinned_files import files_of, is_search_file
 
-    pinned = [path for m in kept for path in m["vector_indexes"].values()]
-    used = files_in_use(files, [p for p in pinned if p.startswith("lexical/")])
-    for path in pinned:
-        if path.startswith("graph/synonyms-"):
-            used |= {path, covered_path(path)}
-        elif path.startswith("graph/passage-"):
-            used |= {p for p in files.list(path.rsplit("/", 1)[0])}
+    used = {f for m in kept for relative in m["vector_indexes"].values() if is_search_file(relative)
+            for f in files_of(files, relative)}
     return [p for prefix in ("lexical", "graph") for p in files.list(prefix) if p not in used]
