@@ -187,3 +187,29 @@ def test_reports_from_chunk_counts_and_fetched_descriptions_equal_reports_from_w
     for config in (ReportConfig(), ReportConfig(context_relationships=1, min_size=1)):
         assert build_reports(counted, ents, flagged, config, descriptions=descriptions).equals(build_reports(comms, ents, rels, config))
     assert asked and extra["relationship_id"] not in asked[0]
+
+
+def test_each_description_is_split_once_per_build_and_only_up_to_its_lead(monkeypatch):
+    """A description sits in one community's context per level; splitting it again at every
+    level (and to its end) was half the report stage of a 145k-chunk update."""
+    from graphwright.text import sentences
+
+    comms, ents, rels = small_world()
+    long_tail = " ".join(f"Sentence number {i} says little." for i in range(200))
+    ents = ents.set_column(ents.schema.get_field_index("description"), "description",
+                           pa.array([d + " " + long_tail for d in ents.column("description").to_pylist()]))
+    expected = build_reports(comms, ents, rels, ReportConfig())
+    calls, spans = [], [0]
+    real = sentences.iter_sentences
+
+    def counting(text):
+        calls.append(text)
+        for span in real(text):
+            spans[0] += 1
+            yield span
+
+    monkeypatch.setattr(sentences, "iter_sentences", counting)
+    assert build_reports(comms, ents, rels, ReportConfig()).equals(expected)
+    described = [c for c in calls if long_tail in c]
+    assert described and len(described) == len(set(described))  # the root and its leaves share members
+    assert spans[0] < 200  # the 200 tail sentences of each description are never reached

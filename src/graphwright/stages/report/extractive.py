@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from itertools import islice
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +31,28 @@ def _sentences(text: str) -> list[str]:
     from graphwright.text.sentences import split_sentences
 
     return [text[a:b].strip() for a, b in split_sentences(text) if text[a:b].strip()]
+
+
+def _lead(text: str, n: int = 2) -> str:
+    """The first `n` sentences of `text`, joined, splitting no further than they reach."""
+    from graphwright.text.sentences import iter_sentences
+
+    spans = ((a, b) for a, b in iter_sentences(text) if text[a:b].strip())
+    return " ".join(text[a:b].strip() for a, b in islice(spans, n))
+
+
+def lead_memo() -> Callable[[str], str]:
+    """_lead remembered per text for one build: a description is in the context of one community
+    per level, so each distinct text is split once (at 145k chunks splitting every description
+    again was half the stage)."""
+    memo: dict[str, str] = {}
+
+    def lead(text: str) -> str:
+        if text not in memo:
+            memo[text] = _lead(text)
+        return memo[text]
+
+    return lead
 
 
 def _pick_sentences(candidates: list[str], limit: int) -> list[str]:
@@ -82,11 +105,12 @@ def build_reports(
 
     reports: dict[str, dict] = {}
     stats = {"built": 0, "reused": 0}
+    lead = lead_memo()
     # deepest level first, so every child report exists before its parent's
     for c in sorted(community_rows, key=lambda c: (-c["level"], c["community_id"])):
         if c["size"] < config.min_size:
             continue
-        context = report_context(c, ent, rel, [reports[k] for k in c["children_ids"] if k in reports], config)
+        context = report_context(c, ent, rel, [reports[k] for k in c["children_ids"] if k in reports], config, lead)
         input_hash = ids.stable_id("report-input", GENERATOR, json.dumps(context, sort_keys=True), length=32)
         if input_hash in reusable:
             report = {**reusable[input_hash]}
@@ -119,7 +143,8 @@ def _top_relationships(communities: pa.Table, relationships: pa.Table, k: int) -
     return [row[start[i]:min(start[i + 1], start[i] + k)] for i in range(communities.num_rows)]
 
 
-def report_context(community: dict, ent: dict, rel: dict, children: list[dict], config: ReportConfig) -> dict:
+def report_context(community: dict, ent: dict, rel: dict, children: list[dict], config: ReportConfig,
+                   lead: Callable[[str], str] = _lead) -> dict:
     """Everything a report is written from, bounded: the community's most connected entities and
     heaviest relationships (first sentences of their descriptions) and its children's summaries.
     The report's input hash is this context's hash, so it changes exactly when the report would."""
@@ -134,8 +159,8 @@ def report_context(community: dict, ent: dict, rel: dict, children: list[dict], 
         "entity_ids": [e["entity_id"] for e in top_entities],
         "relationship_ids": [r["relationship_id"] for r in top_relationships],
         "sub_community_ids": sorted(r["community_id"] for r in children),
-        "entities": [[e["name"], e["type"], " ".join(_sentences(e["description"])[:2])] for e in top_entities],
-        "relationships": [[r["source"], r["target"], " ".join(_sentences(r["description"])[:2])] for r in top_relationships],
+        "entities": [[e["name"], e["type"], lead(e["description"])] for e in top_entities],
+        "relationships": [[r["source"], r["target"], lead(r["description"])] for r in top_relationships],
         "children": [[r["title"], r["summary"], r["rating"]] for r in sorted(children, key=lambda r: (r["title"], r["summary"]))],
         "key_entities": [e["name"] for e in members[:5]],  # in rank order: the title and findings lead with them
         # an absolute, local scale in half points: a rating must not move because another community grew
