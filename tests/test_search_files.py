@@ -94,6 +94,25 @@ def test_an_update_equals_a_fresh_build(versions):
     assert _graph_edges(updated) == _graph_edges(fresh)
 
 
+def _lexical_reads(index) -> dict:
+    """How the last run's embed stage found each lexical index's changes."""
+    store = IndexStore(index)
+    last = store.read("runs", columns=["run_id", "started_at"]).sort_by([("started_at", "descending")]).column("run_id")[0].as_py()
+    row = store.read("stage_metrics", where=f"run_id = '{last}' AND stage = 'embed'").to_pylist()[0]
+    return json.loads(row["details"])["lexical"]
+
+
+def test_an_update_reads_from_the_delta_log_only_the_rows_that_changed(versions):
+    _, _, updated, fresh = versions
+    reads, store = _lexical_reads(updated), IndexStore(updated)
+    assert {k: r["read"] for k, r in reads.items()} == {k: "changes" for k in ("chunk", "entity", "relationship", "report")}
+    # the edit touched three documents of five: the rows of the files resolve kept are not read
+    # (the chunks' DELETE rewrites their one file with its other rows, which are read again)
+    assert reads["relationship"]["rows"] < store.read("relationships", columns=["relationship_id"]).num_rows / 2
+    assert reads["entity"]["rows"] < store.read("entities", columns=["entity_id"]).num_rows
+    assert {r["read"] for r in _lexical_reads(fresh).values()} == {"table"}  # a first build reads the tables
+
+
 def test_an_update_overwrites_no_file_of_the_published_version(versions):
     first, first_manifest, updated, _ = versions
     after = _files(updated)

@@ -80,6 +80,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
         if stats["rows_added"] and pc.count_distinct(pa.concat_arrays(keys[1:])).as_py() != stats["rows_added"]:
             raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
         removes: list[str] = []
+        moved: list[tuple[str, int]] = []  # rows copied unchanged from the files rewritten
         if len(touched) and store.exists(name):
             for path, rows in data_files(store, name):
                 hit = pc.is_in(key_column(read_data_file(store, name, path, list(key)), key), value_set=touched)
@@ -94,24 +95,28 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
                     kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
                     local = f"{folder}/kept-{len(removes):06d}.parquet"
                     pq.write_table(schema.validate(kept), local)
-                    adds.append((local, kept.num_rows))
-        stats["files_added"] = len(adds)
-        if adds or removes or not store.exists(name):
+                    moved.append((local, kept.num_rows))
+        stats["files_added"] = len(adds) + len(moved)
+        if adds or moved or removes or not store.exists(name):
             store._writing(name)
-            _commit(store, store.ensure(name), name, adds, removes)
+            _commit(store, store.ensure(name), name, adds, removes, moved)
     return stats
 
 
-def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str]) -> None:
-    """One Delta commit: remove `removes` (paths in the table), add the local files `adds`."""
+def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str],
+            moved: list[tuple[str, int]] = ()) -> None:
+    """One Delta commit: remove `removes` (paths in the table), add the local files `adds` and
+    `moved`. The rows of `moved` are rows of `removes` copied unchanged, so they are added with
+    dataChange false, as a compaction adds its files: a reader of the changes (storage.changes)
+    reads only their keys."""
     import obstore
 
     table_files, actions, batch = location.open_store(store.path(name), store.storage_options), [], uuid.uuid4().hex
     now = int(time.time() * 1000)
     for path in removes:
         actions.append(RemoveAction(path, True, now))
-    for i, (local, rows) in enumerate(adds):
+    for i, ((local, rows), change) in enumerate([(f, True) for f in adds] + [(f, False) for f in moved]):
         relative = f"part-{i:05d}-{batch}.parquet"
         obstore.put(table_files, relative, Path(local))
-        actions.append(AddAction(relative, Path(local).stat().st_size, {}, now, True, json.dumps({"numRecords": rows})))
+        actions.append(AddAction(relative, Path(local).stat().st_size, {}, now, change, json.dumps({"numRecords": rows})))
     dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow)

@@ -75,11 +75,20 @@ def previous_items(files, relative: str | None) -> pa.Table | None:
     return pq.read_table(pa.BufferReader(files.read_bytes(ids_path(relative))))
 
 
+def previous_sources(files, relative: str | None) -> dict | None:
+    """The table versions a version file's index was built from (None for one written before
+    versions were recorded)."""
+    if relative is None or not files.exists(relative):
+        return None
+    return json.loads(files.read_bytes(relative)).get("sources")
+
+
 def write_version(files, kind: str, digest: str, previous: str | None, deletes: list[str], docs, items: pa.Table,
-                  threads: int = 1) -> str:
+                  threads: int = 1, sources: dict | None = None) -> str:
     """Bring the index of `previous` (a version file, or None for a new index) to the version
     `digest`: delete the items `deletes`, add `docs` ((item id, body, row bytes), streamed); upload
-    the new segment files, then the item list `items` (item_id, row_hash) and the version file."""
+    the new segment files, then the item list `items` (item_id, row_hash) and the version file,
+    which records `sources`, the versions of the tables the items were read from."""
     from graphwright.engines.lexical import tantivy_engine
 
     relative = version_path(kind, digest)
@@ -96,7 +105,8 @@ def write_version(files, kind: str, digest: str, previous: str | None, deletes: 
         pq.write_table(items, sink)
         files.write_bytes(ids_path(relative), sink.getvalue().to_pybytes())
         version = {"engine": ENGINE, "analyzer": tantivy_engine.ANALYZER_VERSION, "kind": kind, "items": items.num_rows,
-                   "files": used, "meta": (folder / "meta.json").read_text(), "managed": (folder / ".managed.json").read_text()}
+                   "files": used, "meta": (folder / "meta.json").read_text(), "managed": (folder / ".managed.json").read_text(),
+                   "sources": sources or {}}
         files.write_bytes(relative, json.dumps(version).encode())
     finally:
         if local:

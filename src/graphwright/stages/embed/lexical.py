@@ -9,8 +9,10 @@
 
 Each is brought from the published version's index to the current tables by deleting what was
 removed or changed and adding what is new or changed (matched by a hash of each item's indexed
-and stored text), so an update costs what changed, not the index's size. The stored rows let a
-query fetch its evidence by id without scanning a Delta table.
+and stored text). A version records the table versions it was built from, so the next update
+reads from the Delta log which rows changed since (storage.changes) and reads and hashes only
+those; where the log cannot say, the tables are read whole. The stored rows let a query fetch
+its evidence by id without scanning a Delta table.
 """
 
 from __future__ import annotations
@@ -20,24 +22,38 @@ import os
 import json
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.engines import lexical
 from graphwright.storage import manifest
+from graphwright.storage.changes import changes_since
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.health import StorageError
+from graphwright.util.numeric import to_numpy
 
 KINDS = ("chunk", "entity", "relationship", "report")
 LIST_ITEMS = 10  # ids kept in a stored row's chunk_ids / doc_ids (what the query modes return)
+# each kind's table, its key and the columns its items are made of; and the table joined to it
+SOURCES = {
+    "chunk": ("chunks", "chunk_id", ["chunk_id", "doc_id", "text", "n_tokens"]),
+    "entity": ("entities", "entity_id", ["entity_id", "name", "type", "description", "degree", "chunk_ids", "doc_ids"]),
+    "relationship": ("relationships", "relationship_id",
+                     ["relationship_id", "source_id", "target_id", "source", "target", "description", "weight", "chunk_ids", "doc_ids"]),
+    "report": ("community_reports", "community_id", ["community_id", "level", "title", "summary", "rating", "full_content"]),
+}
+JOINED = {"chunk": ("documents", "doc_id"), "entity": ("entity_aliases", "entity_id")}
 
 
 def manifest_key(kind: str) -> str:
     return f"lexical:{kind}"
 
 
-def write_lexical_indexes(store: IndexStore, cfg) -> dict[str, str]:
-    """Version file of each kind's lexical index (manifest key -> path), built or updated."""
+def write_lexical_indexes(store: IndexStore, cfg, stats: dict | None = None) -> dict[str, str]:
+    """Version file of each kind's lexical index (manifest key -> path), built or updated;
+    `stats` gets, per kind, how its changes were found and how many rows were read."""
     if cfg.search_index.lexical == "none":
         return {}
     try:
@@ -45,41 +61,119 @@ def write_lexical_indexes(store: IndexStore, cfg) -> dict[str, str]:
     except manifest.NoPublishedVersion:
         published = {}
     threads = min(4, cfg.execution.driver_processes or os.cpu_count() or 1)
-    return {manifest_key(kind): write_kind(store, kind, published.get(manifest_key(kind)), threads) for kind in KINDS}
+    stats = {} if stats is None else stats
+    return {manifest_key(kind): write_kind(store, kind, published.get(manifest_key(kind)), threads, stats.setdefault(kind, {}))
+            for kind in KINDS}
 
 
-def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int = 1) -> str:
+def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int = 1, stats: dict | None = None) -> str:
     from graphwright.engines.lexical.tantivy_engine import ANALYZER_VERSION
 
-    hashes = [(b.column("item_id"), _row_hashes(b)) for b in _batches(store, kind)]
-    items = pa.table({"item_id": pa.chunked_array([h[0] for h in hashes] or [pa.array([], pa.string())], pa.string()),
-                      "row_hash": pa.chunked_array([h[1] for h in hashes] or [pa.array([], pa.string())], pa.string())})
-    del hashes
+    stats = {} if stats is None else stats
+    before = lexical.previous_items(store.files, previous)
+    changed = _changed(store, kind, lexical.previous_sources(store.files, previous)) if before is not None else None
+    if changed is None:  # a first build, or the log cannot say what changed: every row is read
+        sources = _versions(store, kind)
+        hashes = [(b.column("item_id"), _row_hashes(b)) for b in _batches(store, kind)]
+        items = pa.table({"item_id": pa.chunked_array([h[0] for h in hashes] or [pa.array([], pa.string())], pa.string()),
+                          "row_hash": pa.chunked_array([h[1] for h in hashes] or [pa.array([], pa.string())], pa.string())})
+        del hashes
+        stats.update(read="table", rows=items.num_rows)
+    else:
+        fresh, deleted, sources = changed
+        fresh = fresh.append_column("row_hash", _row_hashes(fresh))
+        stats.update(read="changes", rows=fresh.num_rows)
+        fresh = fresh.filter(pc.invert(pc.is_in(_keys(fresh), value_set=_keys(before))))  # new or changed
+        drop = pa.concat_arrays([deleted.cast(pa.string()), fresh.column("item_id").combine_chunks()])
+        items = pa.concat_tables([before.filter(pc.invert(pc.is_in(before.column("item_id"), value_set=drop))),
+                                  fresh.select(["item_id", "row_hash"])])
     items = items.sort_by("item_id")
     digest = ids.stable_id_of("lexical", (ANALYZER_VERSION, kind, *_keys(items).to_pylist()), length=16)
     relative = lexical.version_path(kind, digest)
     if store.files.exists(relative):
         return relative
-    before = lexical.previous_items(store.files, previous)
     if before is None:
-        previous, deletes, wanted = None, [], None
-    else:
+        previous, deletes, docs = None, [], _docs(_batches(store, kind), None)
+    elif changed is None:
         old, new = _keys(before), _keys(items)
-        kept = pc.is_in(old, value_set=new)
-        deletes = before.column("item_id").filter(pc.invert(kept)).to_pylist()  # removed or changed
+        deletes = before.column("item_id").filter(pc.invert(pc.is_in(old, value_set=new))).to_pylist()  # removed or changed
         wanted = items.column("item_id").filter(pc.invert(pc.is_in(new, value_set=old)))  # new or changed
-    docs = _docs(store, kind, wanted)
-    return lexical.write_version(store.files, kind, digest, previous, deletes, docs, items, threads)
+        docs = _docs(_batches(store, kind), wanted)
+    else:
+        deletes = before.column("item_id").filter(pc.is_in(before.column("item_id"), value_set=drop)).to_pylist()
+        docs = _docs([fresh.drop_columns(["row_hash"])], None)
+    return lexical.write_version(store.files, kind, digest, previous, deletes, docs, items, threads, sources)
+
+
+def _versions(store: IndexStore, kind: str) -> dict[str, int | None]:
+    tables = [SOURCES[kind][0]] + ([JOINED[kind][0]] if kind in JOINED else [])
+    return {t: store.version(t) for t in tables}
+
+
+def _changed(store: IndexStore, kind: str, since: dict | None) -> tuple[pa.Table, pa.Array, dict] | None:
+    """(items added or changed since the table versions `since`, item ids deleted, the versions
+    now), read from the Delta log; None when it cannot say."""
+    if not since:
+        return None
+    table, key, columns = SOURCES[kind]
+    changes = changes_since(store, table, since.get(table), key, columns)
+    if changes is None:
+        return None
+    rows, now = [changes.rows], {table: changes.now}
+    lookup = _lookup(store, kind)
+    if kind in JOINED:
+        joined, by = JOINED[kind]
+        now[joined] = store.version(joined)
+        if now[joined] != since.get(joined):
+            try:
+                then = _lookup(store, kind, since.get(joined))
+            except StorageError:  # that version's files were vacuumed
+                return None
+            # the items whose joined row (a document's title, an entity's aliases) changed
+            moved = _changed_lookup(then, lookup, by)
+            if len(moved):
+                rows.append(store.rows_in(table, by, moved.to_pylist(), columns))
+    if len(rows) > 1:  # a key both changed and joined to a changed row: once
+        rows = pa.concat_tables([r.cast(rows[0].schema) for r in rows])
+        first = to_numpy(pc.index_in(rows.column(key), value_set=pc.unique(rows.column(key))), np.int64)
+        rows = rows.take(pa.array(np.flatnonzero(first == np.arange(rows.num_rows))))
+    else:
+        rows = rows[0]
+    return _items(kind, rows, lookup), changes.deleted, now
+
+
+def _lookup(store: IndexStore, kind: str, version: int | None = None) -> pa.Table | None:
+    """What a kind's items take from their joined table: each document's title and source key,
+    or each entity's alias list (at `version`)."""
+    if kind == "chunk":
+        return store.read("documents", version=version, columns=["doc_id", "title", "source_key"])
+    if kind == "entity":
+        aliases = store.read("entity_aliases", version=version, columns=["entity_id", "alias"])
+        # sorted first and gathered in order, so that a list does not depend on the table's file order
+        aliases = aliases.sort_by([("entity_id", "ascending"), ("alias", "ascending")])
+        return aliases.group_by("entity_id", use_threads=False).aggregate([("alias", "list")])
+    return None
+
+
+def _changed_lookup(then: pa.Table, now: pa.Table, by: str) -> pa.Array:
+    """The keys whose row in `now` is not the same in `then`."""
+    def keyed(table: pa.Table) -> pa.Array:
+        parts = [table.column(by)] + [pc.binary_join(c, "\x1e") if pa.types.is_list(c.type) else pc.fill_null(c, "")
+                                      for c in (table.column(n) for n in table.column_names if n != by)]
+        return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+
+    same = pc.is_in(keyed(now), value_set=keyed(then))
+    return now.column(by).filter(pc.invert(same)).combine_chunks()
 
 
 def _keys(items: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(items.column("item_id"), items.column("row_hash"), "\x1f").combine_chunks()
 
 
-def _docs(store: IndexStore, kind: str, wanted: pa.ChunkedArray | None) -> Iterator[tuple[str, str, bytes]]:
-    """(item id, body, stored row as JSON) of the items `wanted` (None: all)."""
+def _docs(tables, wanted: pa.ChunkedArray | None) -> Iterator[tuple[str, str, bytes]]:
+    """(item id, body, stored row as JSON) of the items of `tables` that are `wanted` (None: all)."""
     value_set = wanted.combine_chunks() if wanted is not None else None
-    for batch in _batches(store, kind):
+    for batch in tables:
         if value_set is not None:
             batch = batch.filter(pc.is_in(batch.column("item_id"), value_set=value_set))
         row_columns = [c for c in batch.column_names if c not in ("item_id", "body")]
@@ -98,48 +192,47 @@ def _row_hashes(batch: pa.Table) -> pa.Array:
         if pa.types.is_list(column.type):
             column = pc.binary_join(column, "\x1e")
         parts.append(pc.fill_null(column.cast(pa.string()), "\x00"))
+    if not batch.num_rows:
+        return pa.array([], pa.string())
     joined = pc.binary_join_element_wise(*parts, "\x1f").to_pylist()
     return pa.array([hashlib.blake2b(t.encode(), digest_size=12).hexdigest() for t in joined], pa.string())
 
 
 def _batches(store: IndexStore, kind: str) -> Iterator[pa.Table]:
-    """The kind's items a batch at a time: item_id, body (what BM25 searches), stored columns."""
-    if kind == "chunk":
-        docs = store.read("documents", columns=["doc_id", "title", "source_key"])
-        doc_keys = docs.column("doc_id").combine_chunks()
-        for batch in store.scanner("chunks")(["chunk_id", "doc_id", "text", "n_tokens"]):
-            at = pc.index_in(batch.column("doc_id"), value_set=doc_keys)
-            title, key = docs.column("title").take(at), docs.column("source_key").take(at)
-            title = pc.fill_null(title, "")
-            yield pa.table({"item_id": batch.column("chunk_id"),
-                            "body": pc.binary_join_element_wise(title, batch.column("text"), "\n"),
-                            "doc_id": batch.column("doc_id"), "text": batch.column("text"), "n_tokens": batch.column("n_tokens"),
-                            "title": title, "source_key": pc.fill_null(key, "")})
-    elif kind == "entity":
-        aliases = store.read("entity_aliases", columns=["entity_id", "alias"]).group_by("entity_id").aggregate([("alias", "list")])
-        alias_keys = aliases.column("entity_id").combine_chunks()
-        columns = ["entity_id", "name", "type", "description", "degree", "chunk_ids", "doc_ids"]
-        for batch in store.scanner("entities")(columns):
-            names = pc.fill_null(pc.binary_join(aliases.column("alias_list").take(pc.index_in(batch.column("entity_id"), value_set=alias_keys)), " ; "), "")
-            yield pa.table({"item_id": batch.column("entity_id"),
-                            "body": pc.binary_join_element_wise(batch.column("name"), names, " ; "),
-                            "name": batch.column("name"), "type": batch.column("type"), "description": batch.column("description"),
-                            "degree": batch.column("degree"), "n_chunks": pc.list_value_length(batch.column("chunk_ids")),
-                            "chunk_ids": pc.list_slice(batch.column("chunk_ids"), 0, LIST_ITEMS),
-                            "doc_ids": pc.list_slice(batch.column("doc_ids"), 0, LIST_ITEMS)})
-    elif kind == "relationship":
-        columns = ["relationship_id", "source_id", "target_id", "source", "target", "description", "weight", "chunk_ids", "doc_ids"]
-        for batch in store.scanner("relationships")(columns):
-            yield pa.table({"item_id": batch.column("relationship_id"),
-                            "body": batch.column("description"),
-                            **{c: batch.column(c) for c in ("source_id", "target_id", "source", "target", "description", "weight")},
-                            "n_chunks": pc.list_value_length(batch.column("chunk_ids")),
-                            "chunk_ids": pc.list_slice(batch.column("chunk_ids"), 0, LIST_ITEMS),
-                            "doc_ids": pc.list_slice(batch.column("doc_ids"), 0, LIST_ITEMS)})
-    elif kind == "report":
-        columns = ["community_id", "level", "title", "summary", "rating", "full_content"]
-        for batch in store.scanner("community_reports")(columns):
-            yield pa.table({"item_id": batch.column("community_id"), "body": batch.column("full_content"),
-                            **{c: batch.column(c) for c in columns[1:]}})
-    else:
+    """The kind's items a batch at a time, from its whole table."""
+    if kind not in SOURCES:
         raise ValueError(f"no lexical index for {kind!r}")
+    table, _, columns = SOURCES[kind]
+    lookup = _lookup(store, kind)
+    for batch in store.scanner(table)(columns):
+        yield _items(kind, batch, lookup)
+
+
+def _items(kind: str, batch, lookup: pa.Table | None) -> pa.Table:
+    """Rows of the kind's table as items: item_id, body (what BM25 searches), stored columns."""
+    if kind == "chunk":
+        at = pc.index_in(batch.column("doc_id"), value_set=lookup.column("doc_id").combine_chunks())
+        title = pc.fill_null(lookup.column("title").take(at), "")
+        return pa.table({"item_id": batch.column("chunk_id"),
+                         "body": pc.binary_join_element_wise(title, batch.column("text"), "\n"),
+                         "doc_id": batch.column("doc_id"), "text": batch.column("text"), "n_tokens": batch.column("n_tokens"),
+                         "title": title, "source_key": pc.fill_null(lookup.column("source_key").take(at), "")})
+    if kind == "entity":
+        at = pc.index_in(batch.column("entity_id"), value_set=lookup.column("entity_id").combine_chunks())
+        names = pc.fill_null(pc.binary_join(lookup.column("alias_list").take(at), " ; "), "")
+        return pa.table({"item_id": batch.column("entity_id"),
+                         "body": pc.binary_join_element_wise(batch.column("name"), names, " ; "),
+                         "name": batch.column("name"), "type": batch.column("type"), "description": batch.column("description"),
+                         "degree": batch.column("degree"), "n_chunks": pc.list_value_length(batch.column("chunk_ids")),
+                         "chunk_ids": pc.list_slice(batch.column("chunk_ids"), 0, LIST_ITEMS),
+                         "doc_ids": pc.list_slice(batch.column("doc_ids"), 0, LIST_ITEMS)})
+    if kind == "relationship":
+        return pa.table({"item_id": batch.column("relationship_id"),
+                         "body": batch.column("description"),
+                         **{c: batch.column(c) for c in ("source_id", "target_id", "source", "target", "description", "weight")},
+                         "n_chunks": pc.list_value_length(batch.column("chunk_ids")),
+                         "chunk_ids": pc.list_slice(batch.column("chunk_ids"), 0, LIST_ITEMS),
+                         "doc_ids": pc.list_slice(batch.column("doc_ids"), 0, LIST_ITEMS)})
+    columns = SOURCES["report"][2]
+    return pa.table({"item_id": batch.column("community_id"), "body": batch.column("full_content"),
+                     **{c: batch.column(c) for c in columns[1:]}})

@@ -14,9 +14,10 @@ from graphwright.stages.embed.synonyms import NAME_KIND, write_synonyms
 
 
 def write_search_files(store, cfg, model: str, vector_files: dict[str, str], seconds: dict) -> dict[str, str]:
-    """Manifest key -> path; `seconds` gets the time each part took."""
+    """Manifest key -> path; `seconds` gets the time each part took (and, under "lexical", how
+    each lexical index found what changed)."""
     started = time.perf_counter()
-    out = write_lexical_indexes(store, cfg)
+    out = write_lexical_indexes(store, cfg, seconds.setdefault("lexical", {}))
     seconds["lexical_s"] = round(time.perf_counter() - started, 3)
     if cfg.search_index.passage_graph:
         started = time.perf_counter()

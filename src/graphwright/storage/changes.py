@@ -1,0 +1,116 @@
+"""What changed in a Delta table since a version, read from its log commit by commit, so that
+something kept beside a table (a lexical index) is brought up to date from the rows that
+changed instead of from the whole table.
+
+Each commit's JSON lists the data files it added and removed. A file added with dataChange true
+holds new or changed rows (and maybe unchanged rows rewritten with them: a DELETE's rewrite). A
+file added with dataChange false holds rows copied unchanged from files the same commit removed
+(a patch's kept rows, a compaction); a Delta streaming reader skips those too, and so does this,
+beyond their key column. A key is deleted by a commit that removed a file holding it and added
+none holding it. Where the log cannot say (a commit file cleaned up, a data file vacuumed, a
+deletion vector), `changes_since` answers None and the caller reads the table whole."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.storage.patch import read_data_file
+
+
+@dataclass
+class Changes:
+    rows: pa.Table  # the current content (the columns asked for) of every key added or changed
+    deleted: pa.Array  # keys deleted since (a key added and deleted after `since` may be among them)
+    now: int  # the version the changes lead to
+    commits: int
+    files_read: int  # data files read whole
+    keys_read: int  # data files of which only the key column was read
+
+
+@dataclass
+class _Commit:
+    added: list[str]  # dataChange true
+    moved: list[str]  # dataChange false
+    removed: list[str]
+
+
+def commit_actions(store, name: str, version: int) -> _Commit | None:
+    """The data files one commit added and removed, or None if its log file is gone or it uses
+    something this reader does not follow (deletion vectors)."""
+    import obstore
+
+    try:
+        raw = bytes(obstore.get(store.table_files(name), f"_delta_log/{version:020d}.json").bytes())
+    except Exception:  # noqa: BLE001 - cleaned up by log retention, or never there
+        return None
+    commit = _Commit([], [], [])
+    for line in raw.decode().splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        for kind in ("add", "remove"):
+            if kind in action:
+                entry = action[kind]
+                if entry.get("deletionVector"):
+                    return None
+                path = unquote(entry["path"])
+                if kind == "remove":
+                    commit.removed.append(path)
+                elif entry.get("dataChange", True):
+                    commit.added.append(path)
+                else:
+                    commit.moved.append(path)
+    return commit
+
+
+def changes_since(store, name: str, since: int | None, key: str, columns: list[str]) -> Changes | None:
+    """The rows of `name` (its `columns`, which include `key`) added or changed since Delta
+    version `since`, and the keys deleted since; None when the log cannot tell."""
+    now = store.version(name)
+    if since is None or now is None or since > now:
+        return None
+    commits = []
+    for version in range(since + 1, now + 1):
+        commit = commit_actions(store, name, version)
+        if commit is None:
+            return None
+        commits.append(commit)
+    empty_keys = pa.array([], pa.string())
+    seen, rows_parts, deleted_parts = empty_keys, [], []  # seen: keys a newer commit decided
+    files_read = keys_read = 0
+    try:
+        # newest first: the latest commit that added a key with a data change, or deleted it,
+        # decides; a key a commit only moved is decided by an older one (or unchanged since)
+        for commit in reversed(commits):
+            rows = [read_data_file(store, name, path, columns) for path in commit.added]
+            moved = [read_data_file(store, name, p, [key]).column(key) for p in commit.moved]
+            gone = [read_data_file(store, name, p, [key]).column(key) for p in commit.removed]
+            files_read += len(rows)
+            keys_read += len(moved) + len(gone)
+            added = _keys([r.column(key) for r in rows])
+            gone = _keys(gone)
+            gone = gone.filter(pc.invert(pc.is_in(gone, value_set=pa.concat_arrays([added, _keys(moved)]))))
+            for table in rows:
+                rows_parts.append(table.filter(pc.invert(pc.is_in(table.column(key), value_set=seen))))
+            deleted_parts.append(gone.filter(pc.invert(pc.is_in(gone, value_set=seen))))
+            seen = pa.concat_arrays([seen, added, gone])
+    except Exception:  # noqa: BLE001 - a data file the log names was vacuumed: the caller reads the table
+        return None
+    if rows_parts:
+        rows = pa.concat_tables(rows_parts)
+    else:
+        from graphwright.storage import contracts
+
+        full = contracts.schema(name).arrow
+        rows = pa.schema([full.field(c).with_nullable(True) for c in columns]).empty_table()
+    deleted = pc.unique(pa.concat_arrays(deleted_parts)) if deleted_parts else empty_keys
+    return Changes(rows, deleted, now, len(commits), files_read, keys_read)
+
+
+def _keys(columns: list) -> pa.Array:
+    return pa.chunked_array(columns, pa.string()).combine_chunks() if columns else pa.array([], pa.string())
