@@ -185,6 +185,8 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/graphwright-update-cost"))
     p.add_argument("--base-src", type=Path, help="the other code's src folder (its bench/ beside it, if any)")
     p.add_argument("--shares", default="0,0.001,0.01")
+    p.add_argument("--base-primed", action="store_true",
+                   help="start the base code's runs from the primed index too (two versions of the incremental path)")
     p.add_argument("--full-build-s", type=float, help="the full build's wall seconds, for the ratios")
     p.add_argument("--fresh", default="", metavar="SHARES",
                    help="for these shares, also index the edited corpus from scratch and compare every table (a full build each)")
@@ -208,7 +210,7 @@ def main() -> None:
         with edited_corpus(a.corpus, share) if share else _nothing() as edit:
             row["edit"] = edit
             print(f"share {share:g}: {edit}", flush=True)
-            for label, src, start in (("before", a.base_src, a.index), ("after", SRC, primed)):
+            for label, src, start in (("before", a.base_src, primed if a.base_primed else a.index), ("after", SRC, primed)):
                 if src is None:
                     continue
                 target = a.work / f"run-{label}"
