@@ -22,7 +22,6 @@ import os
 import json
 from collections.abc import Iterator
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,7 +31,6 @@ from graphwright.storage import manifest
 from graphwright.storage.changes import changes_since
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.health import StorageError
-from graphwright.util.numeric import to_numpy
 
 KINDS = ("chunk", "entity", "relationship", "report")
 LIST_ITEMS = 10  # ids kept in a stored row's chunk_ids / doc_ids (what the query modes return)
@@ -132,14 +130,10 @@ def _changed(store: IndexStore, kind: str, since: dict | None) -> tuple[pa.Table
             # the items whose joined row (a document's title, an entity's aliases) changed
             moved = _changed_lookup(then, lookup, by)
             if len(moved):
-                rows.append(store.rows_in(table, by, moved.to_pylist(), columns))
-    if len(rows) > 1:  # a key both changed and joined to a changed row: once
-        rows = pa.concat_tables([r.cast(rows[0].schema) for r in rows])
-        first = to_numpy(pc.index_in(rows.column(key), value_set=pc.unique(rows.column(key))), np.int64)
-        rows = rows.take(pa.array(np.flatnonzero(first == np.arange(rows.num_rows))))
-    else:
-        rows = rows[0]
-    return _items(kind, rows, lookup), changes.deleted, now
+                more = store.rows_in(table, by, moved.to_pylist(), columns).cast(changes.rows.schema)
+                # a key that changed itself is there already
+                rows.append(more.filter(pc.invert(pc.is_in(more.column(key), value_set=changes.rows.column(key).combine_chunks()))))
+    return _items(kind, pa.concat_tables(rows), lookup), changes.deleted, now
 
 
 def _lookup(store: IndexStore, kind: str, version: int | None = None) -> pa.Table | None:
