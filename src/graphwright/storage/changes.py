@@ -19,6 +19,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graphwright.storage import contracts
 from graphwright.storage.patch import read_data_file
 
 
@@ -104,8 +105,6 @@ def changes_since(store, name: str, since: int | None, key: str, columns: list[s
     if rows_parts:
         rows = pa.concat_tables(rows_parts)
     else:
-        from graphwright.storage import contracts
-
         full = contracts.schema(name).arrow
         rows = pa.schema([full.field(c).with_nullable(True) for c in columns]).empty_table()
     deleted = pc.unique(pa.concat_arrays(deleted_parts)) if deleted_parts else empty_keys
