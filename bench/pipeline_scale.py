@@ -133,7 +133,13 @@ def run_one(corpus: Path, index: Path, executor: str) -> dict:
             "communities": summary["communities"], "wall_s": wall,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "stages": {r["stage"]: {k: r[k] for k in ("wall_s", "cpu_s", "worker_cpu_s", "work_done", "work_unit", "rows_out")}
-                       | {"peak_mb": json.loads(r["details"]).get("driver_peak_rss_mb")} for r in rows}}
+                       | {"peak_mb": json.loads(r["details"]).get("driver_peak_rss_mb"), "parts": _parts(json.loads(r["details"]))}
+                       for r in rows}}
+
+
+def _parts(details: dict) -> dict:
+    """The seconds a stage's details break out (embed: lexical_s, synonyms_s, passage_graph_s)."""
+    return {k: v for k, v in details.items() if k.endswith("_s") and isinstance(v, (int, float))}
 
 
 def _measure(a, corpus: Path, index: Path, what: str) -> dict:
