@@ -99,8 +99,9 @@ def plan_extraction(store: IndexStore, chunks: pa.Table, config: ExtractConfig, 
         if not active:
             break
     stats["cached_rounds"] = sum(len(c) for c in cached.values())
-    positions = pa.array(sent, pa.int64())
-    work = chunks.select(["chunk_id", "doc_id", "text"]).take(positions)
+    work = chunks.select(["chunk_id", "doc_id", "text"])
+    if len(sent) < chunks.num_rows:  # some texts repeat: only the first of each is sent (a copy of its rows)
+        work = work.take(pa.array(sent, pa.int64()))
     work = work.append_column("cached", pa.array([cached.get(n, []) for n in range(len(sent))], pa.list_(CACHED_ROUND)))
     work = work.append_column("retried", pc.is_in(work.column("chunk_id"), value_set=pa.array(sorted(retried), pa.string())))
     return ExtractionPlan(work.cast(WORK_SCHEMA), copies, stats)
