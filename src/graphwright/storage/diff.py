@@ -40,7 +40,7 @@ def row_digests(table: pa.Table, key: tuple[str, ...]) -> pa.Table:
     digest = np.empty(table.num_rows, dtype=np.int64)
     for start, stop in _digest_slices(table):  # rows joined as text are large: a slice at a time
         rows = table.slice(start, stop - start)
-        text = pc.binary_join_element_wise(*(_as_text(rows.column(c)) for c in rows.column_names), "\x1f")
+        text = pc.binary_join_element_wise(*(as_text(rows.column(c)) for c in rows.column_names), "\x1f")
         digest[start:stop] = [hash(t) for t in text.to_pylist()]
     return table.select(list(key)).append_column("__digest", pa.array(digest, pa.int64()))
 
@@ -58,7 +58,7 @@ def _digest_slices(table: pa.Table) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
 
 
-def _as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """A column as strings, nulls as "\\x00"; a list as its elements joined by "\\x1e"."""
     if _is_list(column.type):
         column = pc.binary_join(column.cast(pa.list_(pa.string())), "\x1e")

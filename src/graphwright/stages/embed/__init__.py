@@ -16,6 +16,7 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.embed.search_files import write_search_files
 from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.diff import key_column
 from graphwright.storage.memo import StageMemo
 
 ENTITY_TEXT_CHARS = 600
@@ -57,7 +58,7 @@ def _embed(run, m: dict) -> dict:
             })
         else:
             items = items.append_column("text_hash", _text_hashes(model, items.column("text")))
-        current, existing = _pair_keys(items, "item_id", "text_hash"), _pair_keys(have, "item_id", "text_hash")
+        current, existing = key_column(items, ("item_id", "text_hash")), key_column(have, ("item_id", "text_hash"))
         stale = pc.unique(have.column("item_id").filter(pc.invert(pc.is_in(existing, value_set=current)))).to_pylist()
         if stale:
             store.delete_in("embeddings", "item_id", stale, also=f"kind = '{kind}' AND model = '{model}'")
@@ -132,10 +133,6 @@ def _text_hashes(model: str, texts: pa.ChunkedArray, batch: int = 65_536) -> pa.
     """The key an embedding is reused by: a hash of model and text (a slice of texts at a time)."""
     return pa.chunked_array([pa.array([ids.content_hash(model + "\x1f" + t) for t in texts.slice(o, batch).to_pylist()],
                                       pa.string()) for o in range(0, len(texts), batch)], pa.string())
-
-
-def _pair_keys(table: pa.Table, a: str, b: str) -> pa.Array:
-    return pc.binary_join_element_wise(table.column(a), table.column(b), "\x1f").combine_chunks()
 
 
 def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table]) -> None:

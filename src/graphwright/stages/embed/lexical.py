@@ -30,6 +30,7 @@ from graphwright.engines import lexical
 from graphwright.storage import manifest
 from graphwright.storage.changes import changes_since
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.diff import as_text, key_column
 from graphwright.storage.health import StorageError
 
 KINDS = ("chunk", "entity", "relationship", "report")
@@ -152,16 +153,14 @@ def _lookup(store: IndexStore, kind: str, version: int | None = None) -> pa.Tabl
 def _changed_lookup(then: pa.Table, now: pa.Table, by: str) -> pa.Array:
     """The keys whose row in `now` is not the same in `then`."""
     def keyed(table: pa.Table) -> pa.Array:
-        parts = [table.column(by)] + [pc.binary_join(c, "\x1e") if pa.types.is_list(c.type) else pc.fill_null(c, "")
-                                      for c in (table.column(n) for n in table.column_names if n != by)]
-        return pc.binary_join_element_wise(*parts, "\x1f").combine_chunks()
+        return pc.binary_join_element_wise(*(as_text(table.column(n)) for n in table.column_names), "\x1f").combine_chunks()
 
     same = pc.is_in(keyed(now), value_set=keyed(then))
     return now.column(by).filter(pc.invert(same)).combine_chunks()
 
 
 def _keys(items: pa.Table) -> pa.Array:
-    return pc.binary_join_element_wise(items.column("item_id"), items.column("row_hash"), "\x1f").combine_chunks()
+    return key_column(items, ("item_id", "row_hash"))
 
 
 def _docs(tables, wanted: pa.ChunkedArray | None) -> Iterator[tuple[str, str, bytes]]:
@@ -178,14 +177,7 @@ def _docs(tables, wanted: pa.ChunkedArray | None) -> Iterator[tuple[str, str, by
 
 def _row_hashes(batch: pa.Table) -> pa.Array:
     """A hash of each item's body and stored columns (text joined column-wise, not row objects)."""
-    parts = []
-    for name in batch.column_names:
-        if name == "item_id":
-            continue
-        column = batch.column(name)
-        if pa.types.is_list(column.type):
-            column = pc.binary_join(column, "\x1e")
-        parts.append(pc.fill_null(column.cast(pa.string()), "\x00"))
+    parts = [as_text(batch.column(name)) for name in batch.column_names if name != "item_id"]
     if not batch.num_rows:
         return pa.array([], pa.string())
     joined = pc.binary_join_element_wise(*parts, "\x1f").to_pylist()
