@@ -6,7 +6,7 @@ updated in place when few of its vectors changed (update_index)."""
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from graphwright.config import VectorConfig
 # An HNSW index is updated in place (new vectors added, removed ones skipped by search) while
 # the removed vectors are at most this share of those it holds; beyond it, it is rebuilt.
 MAX_REMOVED_SHARE = 0.2
+HNSW_M = 32  # neighbours per vector and level in faiss's HNSW graph
 
 
 @dataclass
@@ -64,17 +65,58 @@ def build_index(ids: list[str], vectors: np.ndarray, config: VectorConfig, text_
         from graphwright.engines.vectors.cuvs_index import CuvsIndex
 
         return VectorIndex(list(ids), CuvsIndex.build(vectors, exact=len(ids) < config.hnsw_threshold), text_hashes)
-    import faiss
-
-    dim = vectors.shape[1] if len(vectors) else 1
-    if len(ids) >= config.hnsw_threshold:
-        index = faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efSearch = 128
-    else:
-        index = faiss.IndexFlatIP(dim)
+    index = _empty_faiss(vectors.shape[1] if len(vectors) else 1, len(ids), config)
     if len(vectors):
         index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return VectorIndex(list(ids), index, text_hashes)
+
+
+def build_index_from_batches(count: int, batches: Iterable[tuple[list[str], list[str] | None, np.ndarray]],
+                             config: VectorConfig) -> VectorIndex:
+    """A faiss index of `count` vectors added batch by batch as (ids, text hashes, vectors)
+    arrive: positions follow arrival order, and no matrix of every vector is ever held (at 1.2M
+    chunks x 384 dimensions that matrix was 1.9 GB beside the index's own copy). cuVS builds
+    from one matrix, so it goes through build_index."""
+    if config.engine == "cuvs" and count:
+        parts = list(batches)
+        return build_index([i for p in parts for i in p[0]], np.concatenate([p[2] for p in parts]), config,
+                           [h for p in parts for h in (p[1] or [])] if all(p[1] is not None for p in parts) else None)
+    index, ids, hashes, hashed = None, [], [], True
+    for batch_ids, batch_hashes, vectors in batches:
+        if index is None:
+            index = _empty_faiss(vectors.shape[1], count, config)
+            _reserve(index, count, vectors.shape[1])
+        index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        ids.extend(batch_ids)
+        hashed = hashed and batch_hashes is not None
+        hashes.extend(batch_hashes or ())
+    return VectorIndex(ids, index if index is not None else _empty_faiss(1, 0, config), hashes if hashed else None)
+
+
+def _reserve(index, count: int, dim: int) -> None:
+    """Room for `count` vectors in the arrays faiss grows as batches are added. Grown batch by
+    batch they double (std::vector), so a build peaked near twice the index's size, and higher
+    while the arrays moved; reserved once, it holds the index's own size. resize(n) then
+    resize(0) keeps the capacity."""
+    import faiss
+
+    hnsw = isinstance(index, faiss.IndexHNSWFlat)
+    flat = faiss.downcast_index(index.storage) if hnsw else index
+    flat.codes.resize(count * dim * 4)
+    flat.codes.resize(0)
+    if hnsw:  # 2M neighbour slots per vector on level 0; the upper levels add M for 1/(M-1) of them
+        index.hnsw.neighbors.resize(count * (2 * HNSW_M + 2))
+        index.hnsw.neighbors.resize(0)
+
+
+def _empty_faiss(dim: int, count: int, config: VectorConfig):
+    import faiss
+
+    if count >= config.hnsw_threshold:
+        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = 128
+        return index
+    return faiss.IndexFlatIP(dim)
 
 
 def may_update(config: VectorConfig, items: int) -> bool:

@@ -12,7 +12,7 @@ from graphwright import ids
 from graphwright.config import PipelineConfig
 from graphwright.engines.vectors import (
     VectorIndex,
-    build_index,
+    build_index_from_batches,
     load_from,
     may_update,
     save_to,
@@ -46,7 +46,7 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
             index = update_index(previous, item_ids, hashes, vectors_of, cfg.vectors)
             del previous
         if index is None:
-            index = build_index(item_ids, vector_matrix(store, where, keys.column("item_id"), at), cfg.vectors, hashes)
+            index = build_index_from_batches(len(item_ids), vector_batches(store, where, keys, at), cfg.vectors)
         written = save_to(store.files, relative, index)
     return relative, written
 
@@ -60,6 +60,30 @@ def published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
     if relative is None or not store.files.exists(relative):
         return None
     return load_from(store.files, relative)
+
+
+def vector_batches(store: IndexStore, where: str, keys: pa.Table, at: int | None = None):
+    """(item ids, text hashes, vectors) of the items in `keys` (item_id, text_hash), batch by
+    batch from a streaming scan, each item once: what build_index_from_batches adds."""
+    wanted = keys.column("item_id").combine_chunks()
+    hashes = keys.column("text_hash").combine_chunks()
+    seen = np.zeros(len(wanted), dtype=bool)
+    for batch in store.scanner("embeddings", where=where, version=at)(["item_id", "vector"]):
+        found = pc.index_in(batch.column("item_id"), value_set=wanted)
+        rows = to_numpy(found.fill_null(-1), np.int64)
+        keep = rows >= 0
+        keep[keep] = ~seen[rows[keep]]
+        if not keep.any():
+            continue
+        if not keep.all():
+            batch, rows = batch.filter(pa.array(keep)), rows[keep]
+        rows, first = np.unique(rows, return_index=True)  # a row twice in one batch
+        if len(rows) < batch.num_rows:
+            batch = batch.take(pa.array(first))
+        seen[rows] = True
+        flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
+        yield (batch.column("item_id").to_pylist(), hashes.take(pa.array(rows)).to_pylist(),
+               flat.reshape(batch.num_rows, -1))
 
 
 def vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray, at: int | None = None) -> np.ndarray:
