@@ -60,3 +60,24 @@ def test_a_full_build_holds_the_index_and_a_batch_not_a_second_matrix_of_every_v
     assert index.text_hashes == [f"h{int(i[1:])}" for i in index.ids]  # each position's hash is its own item's
     probe = [0, PER_FILE - 1, PER_FILE, N - 1]
     assert [h[0][0] for h in index.search(vectors[probe], 1)] == [f"c{i:06d}" for i in probe]
+
+
+def test_the_chunks_to_embed_are_the_new_chunks_texts_as_read_not_a_copy():
+    from graphwright.stages.embed import _chunks_to_embed, _text_hashes
+
+    read = pa.table({"chunk_id": ["c3", "c4"], "text": ["third chunk", "fourth chunk"]})
+    asked = []
+
+    class Store:
+        def rows_in(self, name, column, values, columns):
+            asked.append((name, column, list(values), columns))
+            return read
+
+    chunk_ids = pa.chunked_array([["c1", "c3", "c4"]])
+    have = pa.table({"item_id": ["c1", "c2"], "text_hash": ["h1", "h2"]})
+    todo, stale = _chunks_to_embed(Store(), "m", chunk_ids, have)
+    assert asked == [("chunks", "chunk_id", ["c3", "c4"], ["chunk_id", "text"])]  # only new chunks' texts are read
+    assert stale.to_pylist() == ["c2"] and todo.column("item_id").to_pylist() == ["c3", "c4"]
+    # at 1.2M chunks each copy of the texts was 1.3 GB of the driver's peak
+    assert todo.column("text").chunk(0).buffers()[2].address == read.column("text").chunk(0).buffers()[2].address
+    assert todo.column("text_hash").to_pylist() == _text_hashes("m", read.column("text")).to_pylist()
