@@ -171,6 +171,25 @@ def test_the_passage_graph_joins_each_chunk_to_the_entities_it_mentions(indexed)
     assert np.all(graph.entity_nodes(["not-an-entity"]) == -1)
 
 
+def test_an_entitys_mentions_come_last_in_its_row_so_relationship_pairs_skip_them(indexed):
+    from graphwright.stages.embed.passage_graph import MENTION
+
+    graph = Searcher(str(indexed.index)).graph
+    for node in range(graph.n_entities):
+        kinds = graph.row(node)[2]
+        others = len(kinds) - graph.chunk_count([node])[0]
+        assert np.all(kinds[others:] == MENTION) and not np.any(kinds[:others] == MENTION)
+    rel = indexed.store.read("relationships", columns=["source_id", "target_id", "weight"]).to_pylist()
+    some = sorted({r["source_id"] for r in rel[::2]} | {r["target_id"] for r in rel[::3]})
+    nodes = set(graph.entity_nodes(some).tolist())
+    expected = {}
+    for r in rel:
+        a, b = graph.entity_nodes([r["source_id"], r["target_id"]])
+        if a in nodes and b in nodes:
+            expected[(min(a, b), max(a, b))] = pytest.approx(r["weight"])
+    assert expected and {(a, b): w for a, b, w in graph.relationship_pairs(graph.entity_nodes(some))} == expected
+
+
 def test_lookups_from_lexical_indexes_equal_the_tables(indexed):
     searcher = Searcher(str(indexed.index))
     chunks = indexed.store.read("chunks", columns=["chunk_id", "doc_id", "text"]).to_pylist()

@@ -80,12 +80,15 @@ class PassageGraph:
 
     def relationship_pairs(self, entity_nodes, touching: bool = False) -> list[tuple[int, int, float]]:
         """(a, b, weight) of the relationship edges among `entity_nodes` (or, `touching`, with at
-        least one end among them), each pair once, a < b."""
+        least one end among them), each pair once, a < b. Only each entity's edges to entities
+        are read: its mentions (1.2M chunks: hundreds to thousands an entity) were 40 ms a query."""
         chosen = np.unique(np.asarray([e for e in entity_nodes if e >= 0], dtype=np.int64))
         if not len(chosen):
             return []
-        starts, ends = self.indptr[chosen], self.indptr[chosen + 1]
-        lengths = ends - starts
+        starts = self.indptr[chosen]
+        lengths = self.indptr[chosen + 1] - starts
+        if self.meta.get("format", 2) >= 3:  # an entity's mentions come last in its row: not read
+            lengths = lengths - self.chunk_counts[chosen]
         offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
         owner = np.repeat(chosen, lengths)
         other = np.asarray(self.indices[offsets], dtype=np.int64)

@@ -6,7 +6,8 @@ Written as a folder of numpy arrays, `graph/passage-<digest>/` (named by the tab
 and the synonym file it was built from), so a query process maps it from disk instead of
 building it from the tables: node ids sorted (entities, then chunks), an undirected graph as
 CSR (each edge both ways) with each entry's weight and kind, and each entity's chunk count.
-meta.json is written last.
+In an entity's row its relationship and synonym edges come first and its mentions last (so its
+first `degree - chunk_count` entries are its edges to other entities). meta.json is written last.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
 from graphwright.util.numeric import to_numpy
 
-FORMAT = 2
+FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
 MENTION, RELATIONSHIP, SYNONYM = 0, 1, 2  # edge kinds
 ARRAYS = ("entity_ids", "chunk_ids", "indptr", "indices", "weights", "kinds", "chunk_counts")
@@ -63,11 +64,8 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
         weight.extend((w, w))
         kind.extend((np.full(len(a), k, np.int8),) * 2)
 
-    for batch in store.scanner("entities")(["entity_id", "chunk_ids"]):
-        lists = batch.column("chunk_ids")
-        owner = _codes(pc.take(batch.column("entity_id"), pc.list_parent_indices(lists)), entity_keys)
-        chunk = _codes(pc.list_flatten(lists), chunk_keys)
-        add(owner, n_entities + np.where(chunk >= 0, chunk, -n_entities - 1), np.ones(len(owner)), MENTION)
+    # added entity edges first: a stable sort by node keeps that order in each row, so an entity's
+    # relationship and synonym edges come before its mentions (relationship_pairs reads only those)
     for batch in store.scanner("relationships")(["source_id", "target_id", "weight"]):
         add(_codes(batch.column("source_id"), entity_keys), _codes(batch.column("target_id"), entity_keys),
             to_numpy(batch.column("weight"), np.float64), RELATIONSHIP)
@@ -75,6 +73,11 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
     if pairs is not None and pairs.num_rows:
         add(_codes(pairs.column("entity_id"), entity_keys), _codes(pairs.column("other_id"), entity_keys),
             to_numpy(pairs.column("similarity"), np.float32), SYNONYM)
+    for batch in store.scanner("entities")(["entity_id", "chunk_ids"]):
+        lists = batch.column("chunk_ids")
+        owner = _codes(pc.take(batch.column("entity_id"), pc.list_parent_indices(lists)), entity_keys)
+        chunk = _codes(pc.list_flatten(lists), chunk_keys)
+        add(owner, n_entities + np.where(chunk >= 0, chunk, -n_entities - 1), np.ones(len(owner)), MENTION)
     n = n_entities + n_chunks
     src_all = np.concatenate(src) if src else np.zeros(0, np.int64)
     order = np.argsort(src_all, kind="stable")
