@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,7 +30,7 @@ ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("response", pa.string()), ("pr
 
 def lookup(store: IndexStore, keys: Iterable[str] | pa.Array, stats: dict | None = None) -> pa.Table:
     """The cached answers among `keys`: one row per key found (key, response, prompt_tokens,
-    completion_tokens). `stats`, when given, gains the seconds spent and the keys asked."""
+    completion_tokens), in no particular order. `stats`, when given, gains the seconds spent and the keys asked."""
     import time
 
     started = time.perf_counter()
@@ -39,8 +40,14 @@ def lookup(store: IndexStore, keys: Iterable[str] | pa.Array, stats: dict | None
         version = store.version("llm_cache")  # both passes read one snapshot
         hits = pc.unique(store.semi_join("llm_cache", "key", wanted, ["key"], version=version).column("key").combine_chunks())
         if len(hits):
-            table = store.semi_join("llm_cache", "key", hits, ANSWER_COLUMNS, version=version).cast(ANSWER_SCHEMA)
-            found = table.take(pc.index_in(hits, value_set=table.column("key")))  # the first row of a key stored twice
+            found = store.semi_join("llm_cache", "key", hits, ANSWER_COLUMNS, version=version).cast(ANSWER_SCHEMA)
+            if found.num_rows > len(hits):  # a key stored twice: its first row
+                first = pc.index_in(hits, value_set=found.column("key")).to_numpy(zero_copy_only=False)
+                keep = np.zeros(found.num_rows, dtype=bool)
+                keep[first] = True
+                # a filter, not a take: a take joins each column into one array, and a round's
+                # answers can pass the 2 GB a string array holds (1.2M cached extractions did)
+                found = found.filter(pa.array(keep))
     if stats is not None:
         stats["lookup_s"] = stats.get("lookup_s", 0.0) + time.perf_counter() - started
         stats["lookup_keys"] = stats.get("lookup_keys", 0) + len(wanted)
