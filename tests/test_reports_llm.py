@@ -227,3 +227,21 @@ def test_llm_and_lazy_reports_need_a_model(corpus, tmp_path):
         with pytest.raises(ValueError, match="needs an LLM"):
             run([corpus], tmp_path / mode, make_config(report={"mode": mode}))
         assert IndexStore(tmp_path / mode).count("index_manifest") == 0
+
+
+def test_an_unchanged_rerun_skips_llm_reports_without_planning_them(server, corpus, tmp_path, monkeypatch):
+    import graphwright.stages.report as report_stage
+
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    n = IndexStore(tmp_path / "index").count("community_reports")
+
+    def no_plans(*args, **kwargs):
+        raise AssertionError("an unchanged rerun planned the LLM reports (53 s at 1.2M chunks)")
+
+    monkeypatch.setattr(report_stage, "LLMReports", no_plans)
+    again = run([corpus], tmp_path / "index", cfg)
+    assert again["recomputed"]["reports_reused"] == n and again["recomputed"]["reports_built"] == 0
+    # other report settings: the note does not apply, and the reports are planned again
+    with pytest.raises(Exception, match="planned the LLM reports"):
+        run([corpus], tmp_path / "index", config(server, max_failed_fraction=0.9))

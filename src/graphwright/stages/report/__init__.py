@@ -1,7 +1,8 @@
 """Report stage (on the driver): community reports, bottom-up. Extractive by default; with
 `report.mode: llm`, written by the LLM level by level (leaves first); with `lazy`, none now, and
 those whose community or inputs changed are removed. A report is rebuilt only when the hash of
-its inputs changed."""
+its inputs changed; an extractive or LLM run whose inputs and settings are as the last run left
+them skips at once (at 1.2M chunks re-planning 6,333 LLM reports from the cache took 53 s)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,14 @@ from graphwright.storage.patch import patch_table
 
 def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config.report
-    memo = StageMemo(store, "report", ("communities", "entities", "relationships"), ("community_reports",),
-                     cfg.model_dump_json()) if cfg.mode == "extractive" else None
+    if cfg.mode != "extractive":
+        run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
+    # lazy reports are written by queries, so a lazy run always looks; an LLM run's note names
+    # the LLM settings its answers depend on, and is left only by a run in which none failed
+    reads = ("communities", "entities", "relationships") + (("chunks",) if cfg.mode == "llm" else ())  # prompts quote chunks
+    memo = StageMemo(store, "report", reads, ("community_reports",),
+                     cfg.model_dump_json() + (run.config.llm.model_dump_json() if cfg.mode == "llm" else "")
+                     ) if cfg.mode != "lazy" else None
     if memo is not None and (last := memo.unchanged()) is not None:  # no input written since the reports were
         m.update(rows_in=0, rows_out=0, skipped=True, **last, work_unit="reports", work_done=0,
                  work_total=last.get("reused", 0) + last.get("built", 0))
@@ -44,7 +51,6 @@ def execute(run, m: dict) -> dict:
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         memo.record(stats)
         return stats
-    run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
     communities = _communities_without_chunk_lists(store)
     llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist(), engine=run.llm.engine)
     gen = generator_of(run.config.llm)
@@ -74,6 +80,8 @@ def execute(run, m: dict) -> dict:
     m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
              lookup_s=round(llm_reports.lookup_stats.get("lookup_s", 0.0), 3),
              work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
+    if not stats["failed"]:  # a fallen-back report is retried by the next run
+        memo.record({k: stats[k] for k in ("built", "reused", "failed") if k in stats})
     return stats
 
 
