@@ -81,7 +81,8 @@ class PassageGraph:
     def relationship_pairs(self, entity_nodes, touching: bool = False) -> list[tuple[int, int, float]]:
         """(a, b, weight) of the relationship edges among `entity_nodes` (or, `touching`, with at
         least one end among them), each pair once, a < b. Only each entity's edges to entities
-        are read: its mentions (1.2M chunks: hundreds to thousands an entity) were 40 ms a query."""
+        are read: gathering its mentions too (at 1.2M chunks 183 an entity on average, 461k for
+        the most mentioned) was 40 ms of an 86 ms graph query."""
         chosen = np.unique(np.asarray([e for e in entity_nodes if e >= 0], dtype=np.int64))
         if not len(chosen):
             return []
