@@ -77,9 +77,10 @@ def vector_batches(store: IndexStore, where: str, keys: pa.Table, at: int | None
             continue
         if not keep.all():
             batch, rows = batch.filter(pa.array(keep)), rows[keep]
-        rows, first = np.unique(rows, return_index=True)  # a row twice in one batch
-        if len(rows) < batch.num_rows:
-            batch = batch.take(pa.array(first))
+        first = np.unique(rows, return_index=True)[1]
+        if len(first) < batch.num_rows:  # an item twice in one batch: its first row, in batch order
+            first.sort()
+            batch, rows = batch.take(pa.array(first)), rows[first]
         seen[rows] = True
         flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
         yield (batch.column("item_id").to_pylist(), hashes.take(pa.array(rows)).to_pylist(),
