@@ -147,7 +147,7 @@ class Run:
         }
         row["cost"] = stage_cost(row, self.config.cost, self.config.llm.model)
         # the driver's peak resident memory so far: the stage that raises it is the one to look at
-        details["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        details["driver_peak_rss_mb"] = memory.peak_rss_mb()
         row["details"] = json.dumps(details, sort_keys=True, default=str)
         self.metrics.append(row)
         self.log(f"[bold]{name:<8}[/] {row['wall_s']:6.1f}s  " + ", ".join(f"{k}={v}" for k, v in details.items() if not isinstance(v, (dict, list))))
