@@ -65,12 +65,29 @@ def published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
 def vector_batches(store: IndexStore, where: str, keys: pa.Table, at: int | None = None):
     """(item ids, text hashes, vectors) of the items in `keys` (item_id, text_hash), batch by
     batch from a streaming scan, each item once: what build_index_from_batches adds."""
-    wanted = keys.column("item_id").combine_chunks()
     hashes = keys.column("text_hash").combine_chunks()
+    for rows, item_ids, vectors in _scan_vectors(store, where, keys.column("item_id").combine_chunks(), at):
+        yield item_ids.to_pylist(), hashes.take(pa.array(rows)).to_pylist(), vectors
+
+
+def vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray, at: int | None = None) -> np.ndarray:
+    """The vectors of `item_ids`, row i for item i, filled from a streaming scan (one float32
+    matrix; reading the table whole and flattening it took three copies)."""
+    wanted = item_ids.combine_chunks()
+    matrix = None
+    for rows, _, vectors in _scan_vectors(store, where, wanted, at):
+        if matrix is None:
+            matrix = np.zeros((len(wanted), vectors.shape[1]), dtype=np.float32)
+        matrix[rows] = vectors
+    return matrix if matrix is not None else np.zeros((0, 1), np.float32)
+
+
+def _scan_vectors(store: IndexStore, where: str, wanted: pa.Array, at: int | None):
+    """(positions in `wanted`, item ids, vectors) of the embeddings rows of `wanted` items, batch
+    by batch in scan order, each item once (its first row)."""
     seen = np.zeros(len(wanted), dtype=bool)
     for batch in store.scanner("embeddings", where=where, version=at)(["item_id", "vector"]):
-        found = pc.index_in(batch.column("item_id"), value_set=wanted)
-        rows = to_numpy(found.fill_null(-1), np.int64)
+        rows = to_numpy(pc.index_in(batch.column("item_id"), value_set=wanted).fill_null(-1), np.int64)
         keep = rows >= 0
         keep[keep] = ~seen[rows[keep]]
         if not keep.any():
@@ -83,24 +100,4 @@ def vector_batches(store: IndexStore, where: str, keys: pa.Table, at: int | None
             batch, rows = batch.take(pa.array(first)), rows[first]
         seen[rows] = True
         flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
-        yield (batch.column("item_id").to_pylist(), hashes.take(pa.array(rows)).to_pylist(),
-               flat.reshape(batch.num_rows, -1))
-
-
-def vector_matrix(store: IndexStore, where: str, item_ids: pa.ChunkedArray, at: int | None = None) -> np.ndarray:
-    """The vectors of `item_ids`, row i for item i, filled from a streaming scan (one float32
-    matrix; reading the table whole and flattening it took three copies)."""
-    matrix = None
-    wanted = item_ids.combine_chunks()
-    for batch in store.scanner("embeddings", where=where, version=at)(["item_id", "vector"]):
-        found = pc.index_in(batch.column("item_id"), value_set=wanted)
-        if found.null_count:  # an item not asked for
-            batch, found = batch.filter(pc.is_valid(found)), found.drop_null()
-        if not batch.num_rows:
-            continue
-        rows = to_numpy(found, np.int64)
-        flat = to_numpy(pc.list_flatten(batch.column("vector")), np.float32)
-        if matrix is None:
-            matrix = np.zeros((len(wanted), len(flat) // batch.num_rows), dtype=np.float32)
-        matrix[rows] = flat.reshape(batch.num_rows, -1)
-    return matrix if matrix is not None else np.zeros((0, 1), np.float32)
+        yield rows, batch.column("item_id"), flat.reshape(batch.num_rows, -1)
