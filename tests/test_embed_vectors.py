@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -60,6 +63,14 @@ def test_embed_batch_output():
     assert out.column("item_id").to_pylist() == ["c1", "e1"]
     vectors = np.array(out.column("vector").to_pylist(), dtype=np.float32)
     np.testing.assert_array_equal(vectors, make_embedder(HASH).encode(["Port Elling", "Mara Voss"]))
+
+
+def test_an_embed_batch_of_a_model_without_torch_does_not_import_torch():
+    # the stage passes a thread cap to every engine; importing torch for it cost 3 s a run
+    code = ("import sys; from graphwright.config import EmbedConfig; from graphwright.engines.embed import EmbedBatch; "
+            "EmbedBatch(EmbedConfig(engine='hashing', dim=8), 2); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 # ------------------------------------------------------------------ vectors

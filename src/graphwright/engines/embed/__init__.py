@@ -91,7 +91,8 @@ class EmbedBatch:
     """Batch function: rows with a `text` -> the same rows with a `vector` instead."""
 
     def __init__(self, config: EmbedConfig, torch_threads: int | None = None):
-        if torch_threads:
+        # only a torch model has threads to cap: importing torch for the others took 3 s a run
+        if torch_threads and config.engine == "sentence-transformers":
             import torch
 
             torch.set_num_threads(torch_threads)  # actors sharing a machine must not oversubscribe it
