@@ -70,3 +70,16 @@ def test_community_id_ignores_member_order_but_not_level():
 def test_entity_id_derives_from_canonical_key_only():
     assert ids.entity_id("scrooge") == ids.entity_id("scrooge")
     assert ids.entity_id("scrooge") != ids.entity_id("marley")
+
+
+def test_stable_id_of_strings_equals_stable_id_of_the_same_values():
+    # the vector and lexical file names of existing indexes must not change with the faster digest
+    import pyarrow as pa
+
+    values = ["", "a", "é漢", "x\x1fy", "Port Elling", "0" * 300] * 50
+    column = pa.chunked_array([pa.array(values[:7]), pa.array([], pa.string()), pa.array(values[7:])])
+    assert ids.stable_id_of_strings("lexical", (3, "chunk"), column, 16) == ids.stable_id_of("lexical", (3, "chunk", *values), 16)
+    assert ids.stable_id_of_strings("k", (), pa.array(values).slice(5, 40)) == ids.stable_id_of("k", values[5:45])
+    assert ids.stable_id_of_strings("k", (), pa.array([], pa.string())) == ids.stable_id("k")
+    with pytest.raises(ValueError, match="nulls"):
+        ids.stable_id_of_strings("k", (), pa.array(["a", None]))

@@ -23,6 +23,37 @@ def stable_id_of(kind: str, parts: Iterable[object], length: int = 24) -> str:
     return h.hexdigest()[:length]
 
 
+def stable_id_of_strings(kind: str, head: tuple, strings, length: int = 24) -> str:
+    """stable_id_of(kind, (*head, *strings)) for an Arrow string column, hashed from its buffers:
+    the same id without making a Python string of each value (2.2M of them per update at 1.2M
+    chunks). `strings` must hold no nulls."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    h = hashlib.sha256(kind.encode())
+    for part in head:
+        h.update(_SEP.encode())
+        h.update(str(part).encode())
+    chunks = strings.chunks if isinstance(strings, pa.ChunkedArray) else [strings]
+    for chunk in chunks:
+        if chunk.null_count:
+            raise ValueError("stable_id_of_strings: the column holds nulls")
+        for start in range(0, len(chunk), 1 << 20):  # each value prefixed by the separator, a slice at a time
+            value = chunk.slice(start, 1 << 20).cast(pa.large_string())
+            joined = pc.binary_join_element_wise(pa.scalar(_SEP, pa.large_string()), value, pa.scalar("", pa.large_string()))
+            first, last = _bounds(joined)
+            h.update(memoryview(joined.buffers()[2])[first:last])
+    return h.hexdigest()[:length]
+
+
+def _bounds(array) -> tuple[int, int]:
+    """The first and last byte of a large_string array's values in its data buffer."""
+    import numpy as np
+
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+    return int(offsets[0]), int(offsets[-1])
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 

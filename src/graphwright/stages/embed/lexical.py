@@ -87,7 +87,7 @@ def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int 
         items = pa.concat_tables([before.filter(pc.invert(pc.is_in(before.column("item_id"), value_set=drop))),
                                   fresh.select(["item_id", "row_hash"])])
     items = items.sort_by("item_id")
-    digest = ids.stable_id_of("lexical", (ANALYZER_VERSION, kind, *_keys(items).to_pylist()), length=16)
+    digest = ids.stable_id_of_strings("lexical", (ANALYZER_VERSION, kind), _keys(items), length=16)
     relative = lexical.version_path(kind, digest)
     if store.files.exists(relative):
         return relative

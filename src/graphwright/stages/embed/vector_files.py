@@ -31,8 +31,9 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
     sha256 of the files written (none when the file was already there)."""
     where = f"kind = '{kind}' AND model = '{model}'"
     keys = store.read("embeddings", version=at, columns=["item_id", "text_hash"], where=where).sort_by("item_id")
-    item_ids, hashes = keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist()
-    digest = ids.stable_id("vectors", kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold, *hashes, *item_ids, length=16)
+    digest = ids.stable_id_of_strings("vectors", (kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold),
+                                      pa.chunked_array(keys.column("text_hash").chunks + keys.column("item_id").chunks, pa.string()),
+                                      length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
     written: dict[str, str] = {}
     if rebuild or not store.files.exists(relative):
@@ -41,12 +42,13 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
 
         index = None
         # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
-        previous = published_vector_index(store, kind) if may_update(cfg.vectors, len(item_ids)) and not rebuild else None
+        previous = published_vector_index(store, kind) if may_update(cfg.vectors, keys.num_rows) and not rebuild else None
         if previous is not None:
-            index = update_index(previous, item_ids, hashes, vectors_of, cfg.vectors)
+            index = update_index(previous, keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist(),
+                                 vectors_of, cfg.vectors)
             del previous
         if index is None:
-            index = build_index_from_batches(len(item_ids), vector_batches(store, where, keys, at), cfg.vectors)
+            index = build_index_from_batches(keys.num_rows, vector_batches(store, where, keys, at), cfg.vectors)
         written = save_to(store.files, relative, index)
     return relative, written
 
