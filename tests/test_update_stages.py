@@ -87,3 +87,27 @@ def test_publish_counts_from_the_log_equal_the_tables(tmp_path):
     assert summary["relationships"] == store.read("relationships").num_rows
     assert summary["communities"] == store.read("communities").num_rows
     assert summary["chunks"] == store.read("chunks").num_rows
+
+
+def test_an_update_patches_documents_and_chunks_instead_of_merging_them(tmp_path, monkeypatch):
+    # a MERGE reads every row of its target (at 1.2M chunks, every chunk's and document's text);
+    # a patch reads the key column and rewrites only the files holding a changed key
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    documents_before = IndexStore(index).version("documents")
+    merged = []
+    real = IndexStore.upsert
+    monkeypatch.setattr(IndexStore, "upsert", lambda self, name, table: merged.append(name) or real(self, name, table))
+    docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d1": DOCS["d1"] + " Gita Rao sailed to Amberfield.",
+                                                           "d9": "Farah Haddad met Alice Moreau in Amberfield."}
+    _index(src, index, docs)
+    assert not {"documents", "chunks"} & set(merged), merged
+    store = IndexStore(index)
+    assert store.version("documents") == documents_before + 1  # written and deleted documents in one commit
+    fresh_src, fresh = tmp_path / "fresh-src", tmp_path / "fresh"
+    fresh_src.mkdir()
+    _index(fresh_src, fresh, docs)
+    for name, key, columns in (("documents", "doc_id", ["doc_id", "source_key", "text", "content_hash"]),
+                               ("chunks", "chunk_id", ["chunk_id", "doc_id", "doc_hash", "chunk_index", "text"])):
+        assert store.read(name, columns=columns).sort_by(key).equals(IndexStore(fresh).read(name, columns=columns).sort_by(key)), name

@@ -16,6 +16,7 @@ from graphwright.stages.ingest.diff import diff_documents, kind_collisions
 from graphwright.stages.ingest.sources import SourceError, document_tables
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore, spill
+from graphwright.storage.patch import patch_table
 
 
 def execute(run, m: dict) -> dict:
@@ -60,13 +61,14 @@ def execute(run, m: dict) -> dict:
         write = set(diff.new) | set(diff.changed) | set(diff.relabeled)
         if not indexed.num_rows:  # a first load: every document is new, the files join the table as they are
             run.store.append_files("documents", files)
-        elif write:  # read back only the spilled files that hold a document to write
+        elif write or diff.deleted:
+            # read back only the spilled files that hold a document to write; one patch writes them
+            # and removes the deleted ones, rewriting only the files that hold either (a MERGE read
+            # every document's text: 1.1 GB at 100k documents)
             wanted = pa.array(sorted(write), pa.string())
             holding = [path for (path, _), keys in zip(files, kept) if pc.any(pc.is_in(keys.column("doc_id"), value_set=wanted)).as_py()]
-            run.store.upsert("documents", pa.concat_tables(
-                [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in map(pq.read_table, holding)]))
-        if diff.deleted:
-            run.store.delete_in("documents", "doc_id", diff.deleted)
+            patch_table(run.store, "documents", pa.array(sorted(diff.deleted), pa.string()),
+                        [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in map(pq.read_table, holding)])
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),
                  work_unit="documents", work_done=incoming.num_rows, work_total=incoming.num_rows)
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in errors]}
