@@ -57,7 +57,8 @@ def lookup(store: IndexStore, keys: Iterable[str] | pa.Array, stats: dict | None
 def cached_tokens(store: IndexStore, keys: Iterable[str]) -> int:
     """The prompt and completion tokens the cached answers of `keys` cost, in one scan (each key
     counted once, however often it is stored)."""
-    wanted = pc.unique(pa.array(list(keys), pa.string()))
+    keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(list(keys), pa.string())
+    wanted = pc.unique(keys.cast(pa.string()))
     if not len(wanted) or not store.exists("llm_cache"):
         return 0
     table = store.semi_join("llm_cache", "key", wanted, ["key", "prompt_tokens", "completion_tokens"])
