@@ -313,3 +313,12 @@ def test_read_derived_computes_columns_in_the_query(store):
     assert sorted(table.to_pylist(), key=lambda r: r["entity_id"]) == [
         {"entity_id": "e1", "n": 3, "described": True}, {"entity_id": "e2", "n": 0, "described": False}]
     assert table.schema.field("n").type == pa.int32()
+
+
+def test_distinct_array_holds_each_value_once_across_files(store):
+    store.append("documents", docs(3))
+    store.append("documents", docs(3, start=2))  # d0002 again, in another file
+    values = store.distinct_array("documents", "source")
+    assert values.to_pylist() == ["src"] and values.type == pa.string()
+    assert sorted(store.distinct_array("documents", "doc_id", where="n_chars = 6").to_pylist()) == [f"d{i:04d}" for i in range(5)]
+    assert store.distinct_array("chunks", "chunk_id").to_pylist() == []

@@ -215,6 +215,12 @@ class IndexStore:
             values.update(pc.unique(batch.column(column)).to_pylist())
         return values
 
+    def distinct_array(self, name: str, column: str, where: str | None = None) -> pa.Array:
+        """distinct() as an Arrow array (set operations over a million chunk ids stay in Arrow)."""
+        parts = [pc.unique(batch.column(column)) for batch in self.scanner(name, where=where)([column])]
+        kind = contracts.schema(name).arrow.field(column).type
+        return pc.unique(pa.chunked_array(parts, kind)) if parts else pa.array([], kind)
+
     def rows_in(self, name: str, column: str, values, columns: list[str], version: int | None = None) -> pa.Table:
         """Rows whose `column` is one of `values` (at `version`). A few keys are asked for with
         IN-lists; many are found in one streaming pass with an Arrow filter (each IN-list query
