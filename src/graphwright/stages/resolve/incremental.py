@@ -32,6 +32,7 @@ from graphwright.stages.resolve.rows import (
     fingerprint_keys,
     net_change,
     order_kept,
+    used_codes,
     text_fetcher,
 )
 from graphwright.stages.resolve.pair_cache import (
@@ -223,7 +224,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         "keys": pa.table({"key": pa.array(keys, pa.string()), "canonical": pa.array([canonical[k] for k in keys], pa.string())}),
         "entities": pa.table({"canonical_key": pa.array(entity_keys, pa.string()), "entity_id": pa.array(entity_ids, pa.string()),
                               "name": pa.array(entity_names.tolist(), pa.string()), "degree": pa.array(degree, pa.int64())}),
-        "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64())}),
+        "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64()),
+                                "used": pa.array(used_codes(m["chunk_id"], chunk_code), pa.bool_())}),
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
 

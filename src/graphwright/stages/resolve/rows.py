@@ -60,16 +60,26 @@ def chunk_ranks(store, chunk_names: pa.Array) -> np.ndarray:
     return rank
 
 
+def used_codes(used_chunks: np.ndarray, chunk_code: np.ndarray) -> np.ndarray:
+    """Per dictionary code, whether a row uses the chunk (`used_chunks` are sorted positions)."""
+    used = np.zeros(len(chunk_code), dtype=bool)
+    by_sorted = np.empty(len(chunk_code), dtype=np.int64)
+    by_sorted[chunk_code] = np.arange(len(chunk_code))
+    used[by_sorted[unique(used_chunks)]] = True
+    return used
+
+
 def order_kept(previous: pa.Table, rank_by_code: np.ndarray, used_chunks: np.ndarray, chunk_code: np.ndarray) -> bool:
-    """Whether the chunks the previous run ranked keep their order among themselves."""
+    """Whether the chunks that rows used before and use now keep their order among themselves.
+    A chunk no row used before (a removed document's, added back) ranked last then: where it
+    comes now cannot reorder a description that was kept, since only touched entities hold it."""
     before = to_numpy(previous.column("rank"), np.int64)
     common = min(len(before), len(rank_by_code))
     if not common:
         return True
-    used = np.zeros(len(rank_by_code), dtype=bool)
-    by_sorted = np.empty(len(chunk_code), dtype=np.int64)
-    by_sorted[chunk_code] = np.arange(len(chunk_code))
-    used[by_sorted[unique(used_chunks)]] = True
+    used = used_codes(used_chunks, chunk_code)
+    if "used" in previous.column_names:  # states from before this flag compare every chunk used now
+        used[:common] &= to_numpy(previous.column("used"), np.bool_)[:common]
     codes = np.flatnonzero(used[:common])
     now = rank_by_code[codes][np.argsort(before[codes], kind="stable")]
     return bool(np.all(now[1:] > now[:-1])) if len(now) > 1 else True
