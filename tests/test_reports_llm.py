@@ -245,3 +245,20 @@ def test_an_unchanged_rerun_skips_llm_reports_without_planning_them(server, corp
     # other report settings: the note does not apply, and the reports are planned again
     with pytest.raises(Exception, match="planned the LLM reports"):
         run([corpus], tmp_path / "index", config(server, max_failed_fraction=0.9))
+
+
+def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
+    import random
+
+    from graphwright.stages.report.llm import candidate_chunks
+
+    rng = random.Random(7)
+    ent = {f"e{i}": {"chunk_ids": [f"c{rng.randrange(40)}" for _ in range(rng.randrange(8))]} for i in range(30)}
+    rel = {f"r{i}": {"chunk_ids": [f"c{rng.randrange(40)}" for _ in range(rng.randrange(5))]} for i in range(50)}
+    community = {"entity_ids": list(ent) + ["gone"], "relationship_ids": list(rel) + ["gone"]}
+    support: dict[str, int] = {}
+    for row in [*rel.values(), *ent.values()]:
+        for c in row["chunk_ids"]:
+            support[c] = support.get(c, 0) + 1
+    for n in (0, 1, 5, 39, 100):
+        assert candidate_chunks(community, ent, rel, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
