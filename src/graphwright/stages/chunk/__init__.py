@@ -11,11 +11,11 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
+from graphwright.stages.chunk.plan import ANCHOR_EVERY, plan_chunks, split_spans  # noqa: F401  (re-exported)
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
 from graphwright.storage.patch import patch_table
-from graphwright.stages.chunk.plan import ANCHOR_EVERY, plan_chunks, split_spans  # noqa: F401  (re-exported)
 
 DOCUMENTS_PER_BATCH = 8  # documents vary in length far more than chunks: small batches spread the work
 
@@ -72,7 +72,7 @@ def execute(run, m: dict) -> dict:
         stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
                            batch_size=DOCUMENTS_PER_BATCH, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
         pending: list[pa.Table] = []
-        documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))  # noqa: E731
+        documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))
         had_chunks = pc.unique(chunks.column("doc_id").combine_chunks())
         for batch in run.map_batches("chunk", texts, stage, documents_in):
             pending.append(batch)

@@ -1,0 +1,95 @@
+"""What an update costs on the LLM path (bench/llm_path_scale.py's configuration: LLM extraction
+and LLM reports through the `openai` engine against bench/llm_stub.py, on Ray, hashing embedder),
+side by side for several checkouts from the same index state.
+
+    python bench/llm_update_cost.py --index DIR/index-1000000 --corpus DIR/corpus-1000000 --work /tmp/luc \\
+        --share 0.001 [--on-top 0.01] --src before=/old/checkout --src after=/new/checkout [--full-build-s 8966]
+
+Each checkout runs in a fresh process on its own copy of --index (data files hard-linked: Delta
+and the state put new files, never rewrite). The edit is pipeline_scale.edited_corpus's: `share`
+of the documents changed, half as many deleted and as many added. With --on-top S the index is
+taken to hold the edit of share S already (an earlier update), and the measured edit is `share`
+more on top of it: documents past those S changed, deleted and added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _ports import free_port, wait_listening
+from pipeline_scale import _restore, edited_corpus
+from update_cost import copy_index
+
+
+def edit_on_top(corpus: Path, documents: int, base_share: float, share: float) -> dict:
+    """Inside an edited_corpus(base_share) edit: `share` more of the documents changed (those after
+    the ones the base edit changed), half as many deleted and as many added, in the first file."""
+    first = min(corpus.glob("part-*.jsonl"))
+    records = [json.loads(line) for line in first.read_text().splitlines()]
+    start, changed = max(1, round(documents * base_share)), max(1, round(documents * share))
+    deleted = max(1, changed // 2)
+    if start + changed + deleted > len(records):
+        raise SystemExit(f"the first corpus file holds {len(records)} documents, too few for this edit")
+    for r in records[start:start + changed]:
+        r["text"] += " A second edition added another sentence."
+    gone = set(range(start + changed, start + changed + deleted))
+    model = records[min(5, len(records) - 1)]
+    added = [dict(model, id=f"extra-{n:05d}", text=model["text"] + f" Extra record {n}.") for n in range(deleted)]
+    first.write_text("".join(json.dumps(r) + "\n" for i, r in enumerate(records) if i not in gone)
+                     + "".join(json.dumps(r) + "\n" for r in added))
+    return {"changed": changed, "deleted": deleted, "new": len(added)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", type=Path, required=True)
+    p.add_argument("--corpus", type=Path, required=True)
+    p.add_argument("--work", type=Path, default=Path("/tmp/graphwright-llm-update-cost"))
+    p.add_argument("--share", type=float, default=0.001)
+    p.add_argument("--on-top", type=float, default=0.0, metavar="SHARE", help="the edit the index already holds")
+    p.add_argument("--src", action="append", required=True, metavar="LABEL=CHECKOUT")
+    p.add_argument("--full-build-s", type=float)
+    a = p.parse_args()
+    _restore(a.corpus)
+    a.work.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    stub = subprocess.Popen([sys.executable, str(HERE / "llm_stub.py"), str(port)], stdout=subprocess.DEVNULL)
+    wait_listening(port)
+    results: dict = {}
+    try:
+        base = edited_corpus(a.corpus, a.on_top if a.on_top else a.share)
+        with base as edit:
+            if a.on_top:
+                edit = edit_on_top(a.corpus, edit["documents"], a.on_top, a.share)
+            results["edit"] = edit
+            print(time.strftime("%T"), edit, flush=True)
+            for label, checkout in (s.split("=", 1) for s in a.src):
+                target = a.work / f"run-{label}"
+                copy_index(a.index, target)
+                script = Path(checkout) / "bench" / "llm_path_scale.py"
+                out = subprocess.run([sys.executable, str(script), "--one", str(a.corpus), str(target), f"http://127.0.0.1:{port}/v1"],
+                                     capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(Path(checkout) / "src")))
+                shutil.rmtree(target)
+                if out.returncode:
+                    raise SystemExit(f"the {label} run failed:\n{out.stderr[-3000:]}")
+                r = results[label] = json.loads(out.stdout.strip().splitlines()[-1])
+                share = f" ({r['wall_s'] / a.full_build_s:.2%} of the build)" if a.full_build_s else ""
+                print(f"  {label:<8} total {r['wall_s']:7.1f} s{share}  peak {r['peak_rss_mb'] / 1024:5.2f} GiB | "
+                      + " ".join(f"{k} {v['wall_s']:.1f}" for k, v in r["stages"].items()), flush=True)
+    finally:
+        stub.terminate()
+    (a.work / "results.json").write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
