@@ -37,7 +37,7 @@ def execute(run, m: dict) -> dict:
     done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'").column("chunk_id")
     todo = among(chunk_ids, done.combine_chunks(), inside=False)
     # chunks whose last reply needed repairs are asked once more (llm.py); the second reply is kept
-    retried = store.distinct("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'") if todo else set()
+    retried = set(store.distinct_array("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'").to_pylist()) if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
     # their new rows can be appended (per-commit deletes and merges scan whole tables)
     todo_ids = pa.array(todo, pa.string())
