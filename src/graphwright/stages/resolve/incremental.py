@@ -26,15 +26,6 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.resolve import core, state
 from graphwright.stages.resolve.linking import link_keys
-from graphwright.stages.resolve.rows import (
-    build_entities,
-    chunk_ranks,
-    fingerprint_keys,
-    net_change,
-    order_kept,
-    used_codes,
-    text_fetcher,
-)
 from graphwright.stages.resolve.pair_cache import (
     candidates_from,
     candidates_table,
@@ -43,6 +34,15 @@ from graphwright.stages.resolve.pair_cache import (
     memo_table,
     settled_codes,
     valid_rows,
+)
+from graphwright.stages.resolve.rows import (
+    build_entities,
+    chunk_ranks,
+    fingerprint_keys,
+    net_change,
+    order_kept,
+    text_fetcher,
+    used_codes,
 )
 from graphwright.storage import contracts
 from graphwright.storage.patch import data_files
@@ -97,7 +97,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     m["type"] = type_code[m["type"]]
     rank = chunk_ranks(store, chunk_names)
     rank_by_code = rank[chunk_code] if len(chunk_code) else rank
-    if base and not order_kept(st.derived["chunk_rank"], rank_by_code, m["chunk_id"], chunk_code):
+    chunk_used = used_codes(m["chunk_id"], chunk_code)  # per code: what the state records, and the order check reads
+    if base and not order_kept(st.derived["chunk_rank"], rank_by_code, chunk_used):
         base = False  # chunks changed places in the corpus: descriptions may reorder anywhere
     memory.release()
 
@@ -225,7 +226,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         "entities": pa.table({"canonical_key": pa.array(entity_keys, pa.string()), "entity_id": pa.array(entity_ids, pa.string()),
                               "name": pa.array(entity_names.tolist(), pa.string()), "degree": pa.array(degree, pa.int64())}),
         "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64()),
-                                "used": pa.array(used_codes(m["chunk_id"], chunk_code), pa.bool_())}),
+                                "used": pa.array(chunk_used, pa.bool_())}),
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
 

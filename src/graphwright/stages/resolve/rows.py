@@ -69,15 +69,16 @@ def used_codes(used_chunks: np.ndarray, chunk_code: np.ndarray) -> np.ndarray:
     return used
 
 
-def order_kept(previous: pa.Table, rank_by_code: np.ndarray, used_chunks: np.ndarray, chunk_code: np.ndarray) -> bool:
-    """Whether the chunks that rows used before and use now keep their order among themselves.
-    A chunk no row used before (a removed document's, added back) ranked last then: where it
-    comes now cannot reorder a description that was kept, since only touched entities hold it."""
+def order_kept(previous: pa.Table, rank_by_code: np.ndarray, used_now: np.ndarray) -> bool:
+    """Whether the chunks that rows used before and use now (`used_now`: used_codes) keep their
+    order among themselves. A chunk no row used before (a removed document's, added back) ranked
+    last then: where it comes now cannot reorder a description that was kept, since only touched
+    entities hold it."""
     before = to_numpy(previous.column("rank"), np.int64)
     common = min(len(before), len(rank_by_code))
     if not common:
         return True
-    used = used_codes(used_chunks, chunk_code)
+    used = used_now.copy()
     if "used" in previous.column_names:  # states from before this flag compare every chunk used now
         used[:common] &= to_numpy(previous.column("used"), np.bool_)[:common]
     codes = np.flatnonzero(used[:common])
