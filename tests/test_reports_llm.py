@@ -262,3 +262,51 @@ def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
             support[c] = support.get(c, 0) + 1
     for n in (0, 1, 5, 39, 100):
         assert candidate_chunks(community, ent, rel, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
+
+
+def _changed_reports(store: IndexStore, since: int):
+    from graphwright.storage.changes import changes_since
+
+    ch = changes_since(store, "community_reports", since, "community_id", ["community_id"])
+    assert ch is not None
+    return set(ch.rows.column("community_id").to_pylist()), set(ch.deleted.to_pylist())
+
+
+def test_an_llm_update_writes_only_the_reports_it_rebuilt(server, corpus, tmp_path):
+    """An update's report commit holds the reports it rebuilt, not every report again (an
+    overwrite made every reader of the table's changes, the lexical index among them, take
+    every report as changed)."""
+    cfg = config(server)
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    before, total = store.version("community_reports"), store.count("community_reports")
+    old_rows = {r["community_id"]: r for r in store.read("community_reports").to_pylist()}
+    river = corpus / "notes" / "river.txt"
+    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
+    again = run([corpus], index, cfg)
+    built = again["recomputed"]["reports_built"]
+    assert 0 < built < total
+    added, deleted = _changed_reports(store, before)
+    new_rows = {r["community_id"]: r for r in store.read("community_reports").to_pylist()}
+    assert added == {c for c, r in new_rows.items() if old_rows.get(c) != r}
+    assert 0 < len(added) <= built and deleted == set(old_rows) - set(new_rows)
+
+
+def test_a_lazy_update_writes_only_what_it_removes(server, corpus, tmp_path):
+    cfg = config(server, mode="lazy")
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    for question in ("Who is Mara Voss?", "What did Tobias Reed show the council?", "Greywater River clinic Amberfield"):
+        query(str(index), question, answer=False)
+    run([corpus], index, cfg)  # copies the queries' reports into community_reports
+    copied = {r["community_id"] for r in store.read("community_reports").to_pylist()}
+    before = store.version("community_reports")
+    river = corpus / "notes" / "river.txt"
+    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
+    run([corpus], index, cfg)
+    kept = {r["community_id"] for r in store.read("community_reports").to_pylist()}
+    added, deleted = _changed_reports(store, before)
+    assert 0 < len(kept) < len(copied)
+    assert added == set() and deleted >= copied - kept

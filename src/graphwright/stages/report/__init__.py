@@ -61,8 +61,9 @@ def execute(run, m: dict) -> dict:
         # leak into it
         reports = [r for r in reports_by_hash(store, set(current.values())).values()
                    if current.get(r["community_id"]) == r["input_hash"] and r["generator"] == gen]
-        diff = store.replace_if_changed("community_reports", to_table(reports))
-        stats = {"built": 0, "reused": len(reports), "removed": diff["removed"], "planned": len(current)}
+        written = _write_changed(store, previous, to_table(reports))
+        stats = {"built": 0, "reused": len(reports), "removed": written["reports_removed"],
+                 "planned": len(current), "written": written}
         m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
         return stats
     rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous.to_pylist()})
@@ -76,7 +77,7 @@ def execute(run, m: dict) -> dict:
             f"{stats['failed']} of {attempted} LLM reports failed, above report.max_failed_fraction={cfg.max_failed_fraction:g} "
             f"(e.g. {example}); nothing was published, and the next run retries them")
     reports = to_table(list(rows.values()))
-    store.replace_if_changed("community_reports", reports)
+    stats["written"] = _write_changed(store, previous, reports)
     m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
              lookup_s=round(llm_reports.lookup_stats.get("lookup_s", 0.0), 3),
              work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
@@ -95,8 +96,8 @@ def _write_changed(store: IndexStore, previous: pa.Table, reports: pa.Table) -> 
     changed = pc.invert(pc.is_in(new.column("__digest"), value_set=old.column("__digest")))
     removed = pc.filter(old.column("community_id"), pc.invert(pc.is_in(old.column("community_id"), value_set=new.column("community_id"))))
     if not store.exists("community_reports") or pc.any(changed).as_py() or len(removed):
-        return patch_table(store, "community_reports", removed, [reports.filter(changed)])
-    return {"rows_added": 0, "rows_removed": 0}
+        return {**patch_table(store, "community_reports", removed, [reports.filter(changed)]), "reports_removed": len(removed)}
+    return {"rows_added": 0, "rows_removed": 0, "reports_removed": 0}
 
 
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
