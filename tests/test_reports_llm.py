@@ -310,3 +310,51 @@ def test_a_lazy_update_writes_only_what_it_removes(server, corpus, tmp_path):
     added, deleted = _changed_reports(store, before)
     assert 0 < len(kept) < len(copied)
     assert added == set() and deleted >= copied - kept
+
+
+def test_an_update_tokenizes_only_report_rows_whose_text_is_new(server, corpus, tmp_path, monkeypatch):
+    """Report planning keeps the token counts of the rows it costed (state/report/row-tokens):
+    an update counts the rows whose text changed, not every row again, and plans the same."""
+    import graphwright.stages.report.llm as report_llm
+    from graphwright.stages.report.row_tokens import RowTokens
+
+    cfg = config(server)
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    river = corpus / "notes" / "river.txt"
+    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain to Amberfield.\n")
+    tokenized: list[str] = []
+    real = report_llm.count_tokens
+
+    def counting(texts):
+        tokenized.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(report_llm, "count_tokens", counting)
+    again = run([corpus], index, cfg)
+    assert again["recomputed"]["reports_built"] > 0
+    in_update = list(tokenized)
+    store = IndexStore(index)
+    tokenized.clear()
+    cold = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist())
+    assert 0 < len(in_update) < len(tokenized) / 2
+    assert set(in_update) <= set(tokenized)  # what it counted, it had to: every other row's count was kept
+    tokenized.clear()
+    warm = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist(), known=RowTokens.load(store.files))
+    assert tokenized == []  # every row the plans cost was counted by the update
+    assert {c: p.input_hash for c, p in warm.plans.items()} == {c: p.input_hash for c, p in cold.plans.items()}
+    assert {c: p.tokens for c, p in warm.plans.items()} == {c: p.tokens for c, p in cold.plans.items()}
+
+
+def test_row_token_counts_from_another_tokenizer_are_not_used(tmp_path, monkeypatch):
+    from graphwright.stages.report import row_tokens
+    from graphwright.storage.location import IndexFiles
+
+    files = IndexFiles(tmp_path)
+    known = row_tokens.RowTokens()
+    assert known.count(["Mara Voss|PERSON|a doctor", "x"], lambda texts: [7] * len(texts)) == [7, 7]
+    assert known.save(files)
+    again = row_tokens.RowTokens.load(files)
+    assert again.count(["x", "new row"], lambda texts: [1] * len(texts)) == [7, 1] and again.counted == 1
+    monkeypatch.setattr(row_tokens, "_tokenizer_version", lambda: "another")
+    assert row_tokens.RowTokens.load(files).count(["x"], lambda texts: [3]) == [3]

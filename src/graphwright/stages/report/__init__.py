@@ -18,6 +18,7 @@ from graphwright.stages.report.llm_reports import (
     reports_by_hash,
     to_table,
 )
+from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import row_digests
@@ -52,7 +53,10 @@ def execute(run, m: dict) -> dict:
         memo.record(stats)
         return stats
     communities = _communities_without_chunk_lists(store)
-    llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist(), engine=run.llm.engine)
+    known = RowTokens.load(store.files)  # an update tokenizes only the rows whose text is new
+    llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist(), engine=run.llm.engine, known=known)
+    known.save(store.files)
+    m["row_tokens_counted"] = known.counted
     gen = generator_of(run.config.llm)
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
     if cfg.mode == "lazy":

@@ -25,6 +25,7 @@ from itertools import chain
 from graphwright import ids
 from graphwright.engines.llm.interface import LLMRequest
 from graphwright.stages.extract.parse import ParseError, loads_lenient
+from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.text.tokens import count_tokens, truncate_tokens
 
 PROMPT_VERSION = "report-v1"
@@ -103,18 +104,22 @@ def candidate_chunks(community: dict, ent: dict, rel: dict, n: int) -> list[str]
 MIN_ROW_COST = 3  # a row's prompt tokens are at least its id, its separator and one token of text
 
 
+def _counter(known: RowTokens | None) -> Callable[[list[str]], list[int]]:
+    return count_tokens if known is None else (lambda texts: known.count(texts, count_tokens))
+
+
 class _Costs:
     """Prompt tokens of rows, counted when first asked for (a plan looks at the rows that can
     fit its budget, not every row of a large community)."""
 
-    def __init__(self, text: Callable[[str], str]):
-        self.text, self.tokens = text, {}
+    def __init__(self, text: Callable[[str], str], count: Callable[[list[str]], list[int]] = count_tokens):
+        self.text, self.tokens, self.count = text, {}, count
 
     def of(self, ids) -> list[int]:
         tokens = self.tokens
         missing = [i for i in dict.fromkeys(ids) if i not in tokens]
         if missing:  # +2: the row's id and separator in the prompt
-            tokens.update(zip(missing, (n + 2 for n in count_tokens([self.text(i) for i in missing]))))
+            tokens.update(zip(missing, (n + 2 for n in self.count([self.text(i) for i in missing]))))
         return [tokens[i] for i in ids]
 
     def __getitem__(self, i: str) -> int:
@@ -123,12 +128,13 @@ class _Costs:
 
 
 def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Callable[[set[str]], dict[str, str]], config,
-                 model: str) -> dict[str, Plan]:
+                 model: str, known: RowTokens | None = None) -> dict[str, Plan]:
     """A plan per community of at least `min_size` entities among `communities` (which must
     include the descendants of every community to plan). `ent`/`rel` need name, type (entities),
     source, target (relationships), description, degree / weight and chunk_ids; a community
     needs its `n_chunks` (or `chunk_ids`). `chunk_text(ids)` reads the texts of the candidate
-    text units, asked once for those of every community that can take some."""
+    text units, asked once for those of every community that can take some. `known`: token
+    counts of row texts from earlier runs (row_tokens); the plans are the same without it."""
     eligible = {c["community_id"]: c for c in communities if c["size"] >= config.min_size}
     e_text, r_text = {}, {}
 
@@ -138,7 +144,8 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     def relationship_text(i: str) -> str:
         return r_text[i] if i in r_text else r_text.setdefault(i, relationship_row(rel[i]))
 
-    e_cost, r_cost = _Costs(entity_text), _Costs(relationship_text)
+    count = _counter(known)
+    e_cost, r_cost = _Costs(entity_text, count), _Costs(relationship_text, count)
     order = sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"]))
     rows: dict[str, tuple] = {}  # what each plan lists: (entities, relationships, children, room for text units)
     for c in order:  # deepest first: a parent's children are planned before it
@@ -146,7 +153,7 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     wanted = {cid: candidate_chunks(eligible[cid], ent, rel, config.context_chunks)
               for cid, (_, _, children, room) in rows.items() if not children and room > 0}
     c_text = {c: _clean(t) for c, t in chunk_text({ch for chunks in wanted.values() for ch in chunks}).items()}
-    c_cost = dict(zip(c_text, (n + 2 for n in count_tokens(list(c_text.values())))))
+    c_cost = dict(zip(c_text, (n + 2 for n in count(list(c_text.values())))))
     gen = generator(model)
     plans: dict[str, Plan] = {}
     for c in order:

@@ -15,6 +15,7 @@ from graphwright.stages.report.extractive import (
     extractive_report,
     report_context,
 )
+from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 
@@ -40,9 +41,10 @@ class LLMReports:
     (a published version's table versions; the current ones by default)."""
 
     def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], pins: dict[str, int] | None = None,
-                 engine: Callable[[], object] | None = None):
+                 engine: Callable[[], object] | None = None, known: RowTokens | None = None):
         """`engine`: the engine to write with, started on the first request the cache cannot
-        answer (the run's session; by default this process's query session)."""
+        answer (the run's session; by default this process's query session). `known`: row
+        token counts of earlier runs (row_tokens)."""
         from graphwright.stages.report.llm import plan_reports
 
         self.store, self.config, self.llm = store, config, llm
@@ -60,7 +62,7 @@ class LLMReports:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
 
         self.communities = {c["community_id"]: c for c in communities}
-        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model)
+        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known)
         self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
