@@ -338,3 +338,30 @@ def test_rerun_with_other_execution_settings_publishes_nothing(indexed, indexed_
     s = run([indexed.corpus], indexed_copy.index, cfg)
     assert s["chunks_extracted"] == 0
     assert s["new_version"] is False and s["version"] == 1
+
+
+def test_small_work_runs_in_the_driver_and_starts_no_executor(indexed, indexed_copy, tmp_path, monkeypatch):
+    """An update of one document chunks, extracts and embeds it in the driver: a Ray start and an
+    actor pool per stage cost more than such work (execution.inline_batches). With inlining off,
+    the same update goes to the executor, with the same results."""
+    import json
+
+    from graphwright.pipeline.executors import LocalExecutor
+
+    started = []
+    monkeypatch.setattr(context, "make_executor", lambda cfg: started.append(cfg) or LocalExecutor())
+    other = tmp_path / "other"
+    shutil.copytree(indexed_copy.index, other)
+    note = min(p for p in indexed_copy.corpus.rglob("*.txt"))
+    note.write_text(note.read_text() + "\nMara Voss opened a second clinic in Port Elling.\n")
+    s = run([indexed_copy.corpus], indexed_copy.index, make_config(execution={"executor": "ray"}))
+    assert s["chunks_extracted"] > 0 and started == []
+    rows = IndexStore(indexed_copy.index).read("stage_metrics", where=f"run_id = '{s['run_id']}'").to_pylist()
+    assert {r["stage"] for r in rows if json.loads(r["details"]).get("ran_in_driver")} >= {"chunk", "extract", "embed"}
+    t = run([indexed_copy.corpus], other, make_config(execution={"executor": "ray", "inline_batches": 0}))
+    assert len(started) == 1 and t["chunks_extracted"] == s["chunks_extracted"]
+    for name in ("chunks", "mentions", "entities", "relationships"):
+        a, b = IndexStore(indexed_copy.index).read(name), IndexStore(other).read(name)
+        key = a.column_names[0]
+        assert a.sort_by(key).drop_columns([c for c in a.column_names if c.endswith("run_id")]).equals(
+            b.sort_by(key).drop_columns([c for c in b.column_names if c.endswith("run_id")])), name

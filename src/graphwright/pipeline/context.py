@@ -59,6 +59,7 @@ class Run:
     current_stage: str = ""
     _llm: object = None  # the run's LLM session, made on first use
     _local: LocalExecutor = field(default_factory=LocalExecutor)  # for stages that run on the driver
+    inlined: set[str] = field(default_factory=set)  # stages some of whose batches ran on the driver
     _calls: object = None
 
     @property
@@ -115,6 +116,8 @@ class Run:
             memory.release()
             if self._worker_starts() > starts_before:  # how many times the stage's batch function was built
                 details["workers_started"] = self._worker_starts() - starts_before
+            if name in self.inlined:
+                details["ran_in_driver"] = True
             self._record_stage(name, details, wall, cpu, llm_before, worker_before, gpus)
 
     def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float,
@@ -162,8 +165,10 @@ class Run:
         """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
         if not table.num_rows:
             return
-        if stage.on_driver:
-            executor = self._local
+        execution = self.config.execution
+        if stage.on_driver or (not stage.num_gpus and table.num_rows <= execution.inline_batches * stage.batch_size):
+            executor = self._local  # small work: no Ray, no actor pool (execution.inline_batches)
+            self.inlined.add(label)
         else:
             if self.executor is None:  # started on first use: a no-op run never starts Ray
                 self.executor = make_executor(self.config.execution)
