@@ -43,16 +43,25 @@ def corpus(tmp_path_factory):
     return root / "corpus"
 
 
+@pytest.fixture(scope="module")
+def job_config(tmp_path_factory) -> str:
+    """pipelines/tiny-test.yaml with every batch sent to the cluster: the corpus is a few batches,
+    which a run would otherwise do in the driver (execution.inline_batches)."""
+    path = tmp_path_factory.mktemp("config") / "cluster-test.yaml"
+    path.write_text((REPO / "pipelines" / "tiny-test.yaml").read_text().replace("execution:\n", "execution:\n  inline_batches: 0\n"))
+    return str(path)
+
+
 def test_jobs_api_refuses_requests_without_the_token(cluster):
     assert requests.get(f"{cluster.dashboard}/api/jobs/", timeout=5).status_code == 401
     assert requests.get(f"{cluster.dashboard}/api/jobs/", headers={"Authorization": "Bearer wrong"}, timeout=5).status_code in (401, 403)
     assert requests.get(f"{cluster.dashboard}/api/jobs/", headers=cluster.auth, timeout=5).status_code == 200
 
 
-def test_nightly_job_indexes_on_the_cluster(cluster, corpus, tmp_path_factory):
+def test_nightly_job_indexes_on_the_cluster(cluster, corpus, job_config, tmp_path_factory):
     index = tmp_path_factory.mktemp("nightly") / "index"
     status, logs = cluster.submit(str(REPO / "jobs" / "nightly.py"), str(corpus), "--index", str(index),
-                                  "--config", str(REPO / "pipelines" / "tiny-test.yaml"))
+                                  "--config", job_config)
     assert status == "SUCCEEDED", logs[-3000:]
     assert "executor: ray (auto" in logs  # the job joined the cluster instead of running in-process
     result = _result(logs)
@@ -62,11 +71,11 @@ def test_nightly_job_indexes_on_the_cluster(cluster, corpus, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_nightly_sequence_noop_add_delete(cluster, corpus, tmp_path_factory):
+def test_nightly_sequence_noop_add_delete(cluster, corpus, job_config, tmp_path_factory):
     """First run, a no-op rerun, a run after adding a document, a run after deleting one, then
     the cost history says what each incremental run saved against a full rebuild."""
     index = tmp_path_factory.mktemp("sequence") / "index"
-    args = [str(REPO / "jobs" / "nightly.py"), str(corpus), "--index", str(index), "--config", str(REPO / "pipelines" / "tiny-test.yaml")]
+    args = [str(REPO / "jobs" / "nightly.py"), str(corpus), "--index", str(index), "--config", job_config]
     runs = []
     for step in ("first", "noop", "added", "deleted"):
         if step == "added":
