@@ -358,3 +358,17 @@ def test_row_token_counts_from_another_tokenizer_are_not_used(tmp_path, monkeypa
     assert again.count(["x", "new row"], lambda texts: [1] * len(texts)) == [7, 1] and again.counted == 1
     monkeypatch.setattr(row_tokens, "_tokenizer_version", lambda: "another")
     assert row_tokens.RowTokens.load(files).count(["x"], lambda texts: [3]) == [3]
+
+
+def test_lazy_queries_cost_report_rows_with_the_counts_the_index_run_left(server, corpus, tmp_path, monkeypatch):
+    import graphwright.stages.report.llm as report_llm
+
+    cfg = config(server, mode="lazy")
+    index = tmp_path / "index"
+    run([corpus], index, cfg)  # plans every community once, and keeps the row token counts
+    tokenized: list[str] = []
+    real = report_llm.count_tokens
+    monkeypatch.setattr(report_llm, "count_tokens", lambda texts: tokenized.extend(texts) or real(texts))
+    result = query(str(index), "Who is Mara Voss?", answer=False)
+    assert IndexStore(index).count("lazy_reports") > 0 and result["evidence"]
+    assert tokenized == []

@@ -157,7 +157,8 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     targets = [c for c in dict.fromkeys(community_ids) if c in everything and everything[c]["size"] >= config.min_size]
     if not targets:
         return []
-    reports = LLMReports(store, config, llm, _subtree(everything, targets), pins)
+    # the row token counts the index run left: a query tokenizes only rows it has not seen
+    reports = LLMReports(store, config, llm, _subtree(everything, targets), pins, known=RowTokens.load(store.files))
     from graphwright.stages.report.llm import needed
 
     hashes = [reports.plans[c].input_hash for c in needed(reports.plans, targets)]
