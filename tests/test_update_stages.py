@@ -111,3 +111,23 @@ def test_an_update_patches_documents_and_chunks_instead_of_merging_them(tmp_path
     for name, key, columns in (("documents", "doc_id", ["doc_id", "source_key", "text", "content_hash"]),
                                ("chunks", "chunk_id", ["chunk_id", "doc_id", "doc_hash", "chunk_index", "text"])):
         assert store.read(name, columns=columns).sort_by(key).equals(IndexStore(fresh).read(name, columns=columns).sort_by(key)), name
+
+
+def test_an_update_writes_only_the_aliases_that_changed(tmp_path):
+    """Resolve patches entity_aliases with the rows that changed (an overwrite made every alias
+    new to readers of the table's changes, and rewrote the whole table each night)."""
+    from graphwright.storage.changes import changes_since
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    store = IndexStore(index)
+    before_rows = {r["alias"]: r for r in store.read("entity_aliases").to_pylist()}
+    before = store.version("entity_aliases")
+    summary = _index(src, index, DOCS | {"d9": "Farah Haddad met Alice Moreau in Amberfield. Farah Haddad wrote."})
+    after_rows = {r["alias"]: r for r in store.read("entity_aliases").to_pylist()}
+    changed = {a for a, r in after_rows.items() if before_rows.get(a) != r}
+    ch = changes_since(store, "entity_aliases", before, "alias", ["alias"])
+    assert ch is not None and 0 < len(changed) < len(after_rows)
+    assert set(ch.rows.column("alias").to_pylist()) == changed
+    assert set(ch.deleted.to_pylist()) == set(before_rows) - set(after_rows)

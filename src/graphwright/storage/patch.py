@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction, RemoveAction
 
 from graphwright.storage import contracts, location
-from graphwright.storage.diff import key_column
+from graphwright.storage.diff import key_column, row_digests
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -101,6 +101,27 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             store._writing(name)
             _commit(store, store.ensure(name), name, adds, removes, moved)
     return stats
+
+
+def patch_changed(store, name: str, table: pa.Table, current: pa.Table | None = None) -> dict[str, int]:
+    """Make `table` the whole content of a small table (aliases, reports) by a patch: the rows
+    whose content is new are written and the keys no longer in it removed; files holding
+    neither stay, so readers of its changes see only what changed (an overwrite made every row
+    new). `current`: the table's rows if the caller holds them. Returns patch_table's counts and
+    `keys_removed`."""
+    schema = contracts.schema(name)
+    key = tuple(schema.primary_key)
+    table = schema.validate(table)
+    exists = store.exists(name)
+    if current is None:
+        current = store.read(name, columns=table.schema.names) if exists else schema.arrow.empty_table()
+    old, new = row_digests(current.select(table.schema.names), key), row_digests(table, key)
+    changed = pc.invert(pc.is_in(new.column("__digest"), value_set=old.column("__digest")))
+    old_keys = key_column(old, key)
+    removed = old_keys.filter(pc.invert(pc.is_in(old_keys, value_set=key_column(new, key))))
+    if exists and not pc.any(changed).as_py() and not len(removed):
+        return {"rows_added": 0, "rows_removed": 0, "keys_removed": 0}
+    return {**patch_table(store, name, removed, [table.filter(changed)]), "keys_removed": len(removed)}
 
 
 def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str],

@@ -7,7 +7,6 @@ them skips at once (at 1.2M chunks re-planning 6,333 LLM reports from the cache 
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from graphwright.pipeline.errors import TooManyReportFailures
 from graphwright.pipeline.stage import Stage, Where
@@ -21,9 +20,8 @@ from graphwright.stages.report.llm_reports import (
 from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
-from graphwright.storage.diff import row_digests
 from graphwright.storage.memo import StageMemo
-from graphwright.storage.patch import patch_table
+from graphwright.storage.patch import patch_changed
 
 
 def execute(run, m: dict) -> dict:
@@ -47,7 +45,7 @@ def execute(run, m: dict) -> dict:
             communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
             _relationships_without_descriptions(store), cfg, previous,
             descriptions=lambda ids_: store.rows_in("relationships", "relationship_id", ids_, ["relationship_id", "description"]))
-        stats["written"] = _write_changed(store, previous, reports)
+        stats["written"] = patch_changed(store, "community_reports", reports, current=previous)
         m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, **stats,
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         memo.record(stats)
@@ -65,8 +63,8 @@ def execute(run, m: dict) -> dict:
         # leak into it
         reports = [r for r in reports_by_hash(store, set(current.values())).values()
                    if current.get(r["community_id"]) == r["input_hash"] and r["generator"] == gen]
-        written = _write_changed(store, previous, to_table(reports))
-        stats = {"built": 0, "reused": len(reports), "removed": written["reports_removed"],
+        written = patch_changed(store, "community_reports", to_table(reports), current=previous)
+        stats = {"built": 0, "reused": len(reports), "removed": written["keys_removed"],
                  "planned": len(current), "written": written}
         m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
         return stats
@@ -81,27 +79,13 @@ def execute(run, m: dict) -> dict:
             f"{stats['failed']} of {attempted} LLM reports failed, above report.max_failed_fraction={cfg.max_failed_fraction:g} "
             f"(e.g. {example}); nothing was published, and the next run retries them")
     reports = to_table(list(rows.values()))
-    stats["written"] = _write_changed(store, previous, reports)
+    stats["written"] = patch_changed(store, "community_reports", reports, current=previous)
     m.update(rows_in=communities.num_rows, rows_out=stats["built"], reports=reports.num_rows, mode="llm", **stats,
              lookup_s=round(llm_reports.lookup_stats.get("lookup_s", 0.0), 3),
              work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
     if not stats["failed"]:  # a fallen-back report is retried by the next run
         memo.record({k: stats[k] for k in ("built", "reused", "failed") if k in stats})
     return stats
-
-
-def _write_changed(store: IndexStore, previous: pa.Table, reports: pa.Table) -> dict:
-    """Write only the reports that differ from the stored ones (row digests; a few thousand rows),
-    and remove those of communities that are gone: the table's files that hold neither stay."""
-    key = tuple(contracts.schema("community_reports").primary_key)
-    reports = contracts.schema("community_reports").validate(reports)
-    old = row_digests(previous.select(reports.schema.names), key)
-    new = row_digests(reports, key)
-    changed = pc.invert(pc.is_in(new.column("__digest"), value_set=old.column("__digest")))
-    removed = pc.filter(old.column("community_id"), pc.invert(pc.is_in(old.column("community_id"), value_set=new.column("community_id"))))
-    if not store.exists("community_reports") or pc.any(changed).as_py() or len(removed):
-        return {**patch_table(store, "community_reports", removed, [reports.filter(changed)]), "reports_removed": len(removed)}
-    return {"rows_added": 0, "rows_removed": 0, "reports_removed": 0}
 
 
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:

@@ -9,7 +9,7 @@ import pyarrow as pa
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.extract.extractors import extractor_key
 from graphwright.stages.resolve.incremental import resolve_update
-from graphwright.storage.patch import patch_table
+from graphwright.storage.patch import patch_changed, patch_table
 
 
 def execute(run, m: dict) -> dict:
@@ -29,7 +29,7 @@ def execute(run, m: dict) -> dict:
         diffs = {t: {"unchanged": True} for t in ("entities", "entity_aliases", "relationships")}
     elif update.patch:  # only the rows the update touched are written, into new files
         diffs = {"entities": patch_table(store, "entities", update.removed_entities, [entities]),
-                 "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
+                 "entity_aliases": patch_changed(store, "entity_aliases", update.aliases),
                  "relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts())}
     else:
         diffs = {"entities": store.replace_if_changed("entities", entities),
