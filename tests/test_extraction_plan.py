@@ -29,8 +29,9 @@ def test_a_repeated_text_is_sent_once_and_copied(tmp_path):
     assert plan.copies == {"c0": [("c2", "d")], "c1": [("c4", "d")]} and plan.stats["duplicates"] == 2
 
 
-def _cache_answers(store, table, llm, size=8, rounds=1, answered=None):
-    """Cache answers of the first `rounds` rounds for the chunks at `answered` (all by default)."""
+def _answers(table, llm, size=8, rounds=1, answered=None) -> list[dict]:
+    """llm_cache rows: answers of the first `rounds` rounds for the chunks at `answered` (all by
+    default); prompt_tokens holds the chunk's position, completion_tokens the round."""
     import hashlib
 
     from graphwright.stages.extract.prompts import system_prompt
@@ -48,9 +49,12 @@ def _cache_answers(store, table, llm, size=8, rounds=1, answered=None):
             rows.append({"key": key, "model": llm.model, "prompt_version": "v", "response": answer,
                          "prompt_tokens": i, "completion_tokens": r, "run_id": "r"})
             history = next_history(history, answer)
+    return rows
+
+
+def _cache(store, rows: list[dict]) -> None:
     for start in range(0, len(rows), 4096):  # several commits, as the cache is written
         store.append("llm_cache", pa.Table.from_pylist(rows[start:start + 4096]))
-    return rows
 
 
 def test_cached_answers_of_every_round_come_back_in_order_across_slices(tmp_path, monkeypatch):
@@ -60,11 +64,10 @@ def test_cached_answers_of_every_round_come_back_in_order_across_slices(tmp_path
     store, llm = IndexStore(tmp_path / "index"), LLMConfig(model="m")
     table = chunks([f"Text number {i}." for i in range(40)] + ["Text number 3."])
     answered = {i for i in range(40) if i % 3}
-    rows = _cache_answers(store, table, llm, rounds=2, answered=answered)
     # round 2 of chunk 5 is missing: its list stops after round 1
-    rows = [r for r in rows if not (r["prompt_tokens"] == 5 and r["completion_tokens"] == 1)]
-    store.delete("llm_cache", "true")
-    store.append("llm_cache", pa.Table.from_pylist(rows))
+    rows = [r for r in _answers(table, llm, rounds=2, answered=answered)
+            if not (r["prompt_tokens"] == 5 and r["completion_tokens"] == 1)]
+    _cache(store, rows)
     plan = plan_extraction(store, table, ExtractConfig(gleanings=2), llm)
     got = dict(zip(plan.work.column("chunk_id").to_pylist(), plan.work.column("cached").to_pylist()))
     assert len(got) == 40 and plan.copies == {"c3": [("c40", "d")]}
@@ -83,7 +86,7 @@ def test_a_plan_whose_cached_answers_pass_2_gb_keeps_them_in_arrow(tmp_path):
     store, llm = IndexStore(tmp_path / "index"), LLMConfig(model="m")
     n, size = 36_000, 64 << 10
     table = chunks([f"Text number {i}." for i in range(n)])
-    _cache_answers(store, table, llm, size=size)
+    _cache(store, _answers(table, llm, size=size))
     plan = plan_extraction(store, table, ExtractConfig(), llm)
     cached = plan.work.column("cached")
     assert len(cached) == n and all(len(c.values.field("response").buffers()[2] or b"") < 2**31 for c in cached.chunks)

@@ -46,6 +46,32 @@ def plans_of(store: IndexStore, cfg):
     return LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
 
 
+LAZY_QUESTIONS = ("Who is Mara Voss?", "What did Tobias Reed show the council?", "Greywater River clinic Amberfield")
+
+
+def index_lazily_and_ask(corpus, index, cfg) -> IndexStore:
+    """A lazy index whose queries wrote some reports (LAZY_QUESTIONS)."""
+    run([corpus], index, cfg)
+    for question in LAZY_QUESTIONS:
+        query(str(index), question, answer=False)
+    return IndexStore(index)
+
+
+def edit_river(corpus, sentence: str = "The ferry at Greywater River carried grain.") -> None:
+    river = corpus / "notes" / "river.txt"
+    river.write_text(river.read_text() + f"\n{sentence}\n")
+
+
+def record_tokenized(monkeypatch) -> list[str]:
+    """Every text report planning tokenizes from now on."""
+    import graphwright.stages.report.llm as report_llm
+
+    tokenized: list[str] = []
+    real = report_llm.count_tokens
+    monkeypatch.setattr(report_llm, "count_tokens", lambda texts: tokenized.extend(texts) or real(texts))
+    return tokenized
+
+
 @pytest.fixture
 def corpus(tmp_path):
     shutil.copytree(CORPUS, tmp_path / "corpus")
@@ -207,13 +233,9 @@ def test_lazy_reports_are_written_by_queries_and_reused(server, corpus, tmp_path
 def test_lazy_index_drops_reports_whose_inputs_changed(server, corpus, tmp_path):
     cfg = config(server, mode="lazy")
     index = tmp_path / "index"
-    run([corpus], index, cfg)
-    store = IndexStore(index)
-    for question in ("Who is Mara Voss?", "What did Tobias Reed show the council?", "Greywater River clinic Amberfield"):
-        query(str(index), question, answer=False)
+    store = index_lazily_and_ask(corpus, index, cfg)
     before = {r["community_id"]: r["input_hash"] for r in store.read("lazy_reports").to_pylist()}
-    river = corpus / "notes" / "river.txt"
-    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
+    edit_river(corpus)
     run([corpus], index, cfg)
     plans = plans_of(store, cfg)
     after = {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()}
@@ -282,8 +304,7 @@ def test_an_llm_update_writes_only_the_reports_it_rebuilt(server, corpus, tmp_pa
     store = IndexStore(index)
     before, total = store.version("community_reports"), store.count("community_reports")
     old_rows = {r["community_id"]: r for r in store.read("community_reports").to_pylist()}
-    river = corpus / "notes" / "river.txt"
-    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
+    edit_river(corpus)
     again = run([corpus], index, cfg)
     built = again["recomputed"]["reports_built"]
     assert 0 < built < total
@@ -296,15 +317,11 @@ def test_an_llm_update_writes_only_the_reports_it_rebuilt(server, corpus, tmp_pa
 def test_a_lazy_update_writes_only_what_it_removes(server, corpus, tmp_path):
     cfg = config(server, mode="lazy")
     index = tmp_path / "index"
-    run([corpus], index, cfg)
-    store = IndexStore(index)
-    for question in ("Who is Mara Voss?", "What did Tobias Reed show the council?", "Greywater River clinic Amberfield"):
-        query(str(index), question, answer=False)
+    store = index_lazily_and_ask(corpus, index, cfg)
     run([corpus], index, cfg)  # copies the queries' reports into community_reports
     copied = {r["community_id"] for r in store.read("community_reports").to_pylist()}
     before = store.version("community_reports")
-    river = corpus / "notes" / "river.txt"
-    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain.\n")
+    edit_river(corpus)
     run([corpus], index, cfg)
     kept = {r["community_id"] for r in store.read("community_reports").to_pylist()}
     added, deleted = _changed_reports(store, before)
@@ -315,22 +332,13 @@ def test_a_lazy_update_writes_only_what_it_removes(server, corpus, tmp_path):
 def test_an_update_tokenizes_only_report_rows_whose_text_is_new(server, corpus, tmp_path, monkeypatch):
     """Report planning keeps the token counts of the rows it costed (state/report/row-tokens):
     an update counts the rows whose text changed, not every row again, and plans the same."""
-    import graphwright.stages.report.llm as report_llm
     from graphwright.stages.report.row_tokens import RowTokens
 
     cfg = config(server)
     index = tmp_path / "index"
     run([corpus], index, cfg)
-    river = corpus / "notes" / "river.txt"
-    river.write_text(river.read_text() + "\nThe ferry at Greywater River carried grain to Amberfield.\n")
-    tokenized: list[str] = []
-    real = report_llm.count_tokens
-
-    def counting(texts):
-        tokenized.extend(texts)
-        return real(texts)
-
-    monkeypatch.setattr(report_llm, "count_tokens", counting)
+    edit_river(corpus, "The ferry at Greywater River carried grain to Amberfield.")
+    tokenized = record_tokenized(monkeypatch)
     again = run([corpus], index, cfg)
     assert again["recomputed"]["reports_built"] > 0
     in_update = list(tokenized)
@@ -361,14 +369,10 @@ def test_row_token_counts_from_another_tokenizer_are_not_used(tmp_path, monkeypa
 
 
 def test_lazy_queries_cost_report_rows_with_the_counts_the_index_run_left(server, corpus, tmp_path, monkeypatch):
-    import graphwright.stages.report.llm as report_llm
-
     cfg = config(server, mode="lazy")
     index = tmp_path / "index"
     run([corpus], index, cfg)  # plans every community once, and keeps the row token counts
-    tokenized: list[str] = []
-    real = report_llm.count_tokens
-    monkeypatch.setattr(report_llm, "count_tokens", lambda texts: tokenized.extend(texts) or real(texts))
+    tokenized = record_tokenized(monkeypatch)
     result = query(str(index), "Who is Mara Voss?", answer=False)
     assert IndexStore(index).count("lazy_reports") > 0 and result["evidence"]
     assert tokenized == []
