@@ -3,7 +3,7 @@ and LLM reports through the `openai` engine against bench/llm_stub.py, on Ray, h
 side by side for several checkouts from the same index state.
 
     python bench/llm_update_cost.py --index DIR/index-1000000 --corpus DIR/corpus-1000000 --work /tmp/luc \\
-        --share 0.001 [--on-top 0.01] --src before=/old/checkout --src after=/new/checkout [--full-build-s 8966]
+        --share 0.001 [--on-top 0.01] --src before=/old/checkout --src after=/new/checkout [--full-build-s 8966] [--profile DIR]
 
 Each checkout runs in a fresh process on its own copy of --index (data files hard-linked: Delta
 and the state put new files, never rewrite). The edit is pipeline_scale.edited_corpus's: `share`
@@ -59,7 +59,10 @@ def main() -> None:
     p.add_argument("--on-top", type=float, default=0.0, metavar="SHARE", help="the edit the index already holds")
     p.add_argument("--src", action="append", required=True, metavar="LABEL=CHECKOUT")
     p.add_argument("--full-build-s", type=float)
+    p.add_argument("--profile", type=Path, metavar="DIR", help="run each checkout under cProfile, writing DIR/LABEL.prof")
     a = p.parse_args()
+    if a.profile:
+        a.profile.mkdir(parents=True, exist_ok=True)
     _restore(a.corpus)
     a.work.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -77,7 +80,8 @@ def main() -> None:
                 target = a.work / f"run-{label}"
                 copy_index(a.index, target)
                 script = Path(checkout) / "bench" / "llm_path_scale.py"
-                out = subprocess.run([sys.executable, str(script), "--one", str(a.corpus), str(target), f"http://127.0.0.1:{port}/v1"],
+                profile = ["-m", "cProfile", "-o", str(a.profile / f"{label}.prof")] if a.profile else []
+                out = subprocess.run([sys.executable, *profile, str(script), "--one", str(a.corpus), str(target), f"http://127.0.0.1:{port}/v1"],
                                      capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(Path(checkout) / "src")))
                 shutil.rmtree(target)
                 if out.returncode:

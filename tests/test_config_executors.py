@@ -66,3 +66,37 @@ def test_local_executor_runs_batches_in_order():
     assert Doubler.instances == 1  # the batch function is built once, then reused
     assert list(executor.map_batches(pa.table({"x": pa.array([], pa.int64())}), BatchStage("d", Doubler, (2,)))) == []
     executor.close()
+
+
+class _CountingExecutor(LocalExecutor):
+    """An executor that records the rows it was handed."""
+
+    def __init__(self):
+        self.rows = []
+
+    def map_batches(self, table, stage):
+        self.rows.append(table.num_rows)
+        yield from super().map_batches(table, stage)
+
+
+@pytest.mark.parametrize(("inline_batches", "inline_seconds", "in_driver"), [
+    (0, 0, 0),  # never in the driver
+    (4, 0, 10),  # small work: 10 rows are at most 4 batches of 3
+    (3, 0, 0),  # 10 rows are more than 3 batches of 3, and there is no time budget
+    (0, 1e-9, 3),  # one batch measured, and the rest would not fit the budget: it goes to the executor
+    (0, 3600, 10),  # the whole work fits the budget at the measured rate
+])
+def test_the_driver_runs_batches_while_they_fit_its_time_budget(tmp_path, monkeypatch, inline_batches, inline_seconds, in_driver):
+    from graphwright.pipeline import context
+    from graphwright.pipeline.progress import StageProgress
+    from graphwright.storage.delta import IndexStore
+
+    executor = _CountingExecutor()
+    monkeypatch.setattr(context, "make_executor", lambda cfg: executor)
+    cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": inline_batches, "inline_seconds": inline_seconds}})
+    run = context.Run(IndexStore(tmp_path / "index"), cfg, "r", StageProgress(False), lambda m: None)
+    table = pa.table({"x": list(range(10))})
+    out = list(run.map_batches("double", table, BatchStage("double", Doubler, (2,), batch_size=3)))
+    assert pa.concat_tables(out).column("x").to_pylist() == [2 * v for v in range(10)]  # each row once, in order
+    assert run.inlined.get("double", 0) == in_driver
+    assert executor.rows == ([10 - in_driver] if in_driver < 10 else [])

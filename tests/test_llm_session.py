@@ -80,7 +80,7 @@ def test_vllm_replicas_start_once_per_run_for_extraction_and_reports(corpus, tmp
 
 
 def test_openai_extraction_actors_start_once_per_stage(server, corpus, tmp_path):
-    cfg = llm_config(server, executor="ray", actors=2, actor_num_cpus=0.25, num_cpus=2)
+    cfg = llm_config(server, executor="ray", actors=2, actor_num_cpus=0.25, num_cpus=2, inline_batches=0, inline_seconds=0)
     cfg.extract.batch_size = 2
     summary = run([corpus], tmp_path / "index", cfg)
     batches = -(-summary["chunks_extracted"] // cfg.extract.batch_size)

@@ -358,7 +358,7 @@ def test_small_work_runs_in_the_driver_and_starts_no_executor(indexed, indexed_c
     assert s["chunks_extracted"] > 0 and started == []
     rows = IndexStore(indexed_copy.index).read("stage_metrics", where=f"run_id = '{s['run_id']}'").to_pylist()
     assert {r["stage"] for r in rows if json.loads(r["details"]).get("ran_in_driver")} >= {"chunk", "extract", "embed"}
-    t = run([indexed_copy.corpus], other, make_config(execution={"executor": "ray", "inline_batches": 0}))
+    t = run([indexed_copy.corpus], other, make_config(execution={"executor": "ray", "inline_batches": 0, "inline_seconds": 0}))
     assert len(started) == 1 and t["chunks_extracted"] == s["chunks_extracted"]
     for name in ("chunks", "mentions", "entities", "relationships"):
         a, b = IndexStore(indexed_copy.index).read(name), IndexStore(other).read(name)

@@ -46,9 +46,9 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def job_config(tmp_path_factory) -> str:
     """pipelines/tiny-test.yaml with every batch sent to the cluster: the corpus is a few batches,
-    which a run would otherwise do in the driver (execution.inline_batches)."""
+    which a run would otherwise do in the driver (execution.inline_batches, inline_seconds)."""
     path = tmp_path_factory.mktemp("config") / "cluster-test.yaml"
-    path.write_text((REPO / "pipelines" / "tiny-test.yaml").read_text().replace("execution:\n", "execution:\n  inline_batches: 0\n"))
+    path.write_text((REPO / "pipelines" / "tiny-test.yaml").read_text().replace("execution:\n", "execution:\n  inline_batches: 0\n  inline_seconds: 0\n"))
     return str(path)
 
 

@@ -218,6 +218,10 @@ class ExecutionConfig(_Section):
     # it needs a GPU: starting Ray and an actor pool (10-14 s for the chunk stage of a 0.1% update
     # at 145k chunks, for 18 documents) costs more than such work. 0: always on the executor
     inline_batches: int = Field(4, ge=0)
+    # past inline_batches, batches run in the driver while the time spent there plus the rest at the
+    # measured rate stays within this many seconds (about what a Ray start costs here); the rest goes
+    # to the executor. 0: only inline_batches decides
+    inline_seconds: float = Field(10.0, ge=0)
     # processes for the driver's own CPU-bound work (the levels of hierarchical Leiden); None = its
     # cores. Results do not depend on it.
     driver_processes: int | None = Field(None, ge=1)

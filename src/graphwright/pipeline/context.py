@@ -59,7 +59,7 @@ class Run:
     current_stage: str = ""
     _llm: object = None  # the run's LLM session, made on first use
     _local: LocalExecutor = field(default_factory=LocalExecutor)  # for stages that run on the driver
-    inlined: set[str] = field(default_factory=set)  # stages some of whose batches ran on the driver
+    inlined: dict[str, int] = field(default_factory=dict)  # stage -> rows of its batches run in the driver
     _calls: object = None
 
     @property
@@ -118,6 +118,7 @@ class Run:
                 details["workers_started"] = self._worker_starts() - starts_before
             if name in self.inlined:
                 details["ran_in_driver"] = True
+                details["rows_in_driver"] = self.inlined[name]
             self._record_stage(name, details, wall, cpu, llm_before, worker_before, gpus)
 
     def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float,
@@ -162,22 +163,51 @@ class Run:
         return getattr(self.executor, "worker_starts", 0) + self._local.worker_starts
 
     def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
-        """Run a per-row stage, yielding result batches; progress advances by `count(batch)`."""
+        """Run a per-row stage, yielding result batches; progress advances by `count(batch)`.
+
+        Small work runs in the driver: starting Ray and an actor pool costs seconds that a few
+        batches do not repay. Work of at most execution.inline_batches batches always does; past
+        that, batches run in the driver while the time spent there plus the time the rest would
+        take at the rate measured so far stays within execution.inline_seconds, and the rest goes
+        to the executor once it would not. The driver so spends at most inline_seconds before
+        handing over (a ski-rental bound: never much worse than choosing right up front)."""
         if not table.num_rows:
             return
         execution = self.config.execution
-        if stage.on_driver or (not stage.num_gpus and table.num_rows <= execution.inline_batches * stage.batch_size):
-            executor = self._local  # small work: no Ray, no actor pool (execution.inline_batches)
-            self.inlined.add(label)
-        else:
-            if self.executor is None:  # started on first use: a no-op run never starts Ray
-                self.executor = make_executor(self.config.execution)
-                self.log(f"executor: {self.executor.describe()}")
-            executor = self.executor
         with self.progress.task(label, table.num_rows) as advance:
-            for batch in executor.map_batches(table, stage):
-                advance(count(batch))
-                yield batch
+            done = 0
+            if stage.on_driver or not stage.num_gpus:
+                small = stage.on_driver or table.num_rows <= execution.inline_batches * stage.batch_size
+                for batch, done in self._in_driver(table, stage, None if small else execution.inline_seconds):
+                    advance(count(batch))
+                    yield batch
+                if done:
+                    self.inlined[label] = self.inlined.get(label, 0) + done
+            if done < table.num_rows:
+                if self.executor is None:  # started on first use: a no-op run never starts Ray
+                    self.executor = make_executor(self.config.execution)
+                    self.log(f"executor: {self.executor.describe()}")
+                for batch in self.executor.map_batches(table.slice(done), stage):
+                    advance(count(batch))
+                    yield batch
+
+    def _in_driver(self, table: pa.Table, stage: BatchStage, budget_s: float | None):
+        """(result batch, rows done so far) of the stage's batches run in this process: all of
+        them when `budget_s` is None, else while the time so far plus the estimated rest fits it."""
+        if budget_s is not None and budget_s <= 0:
+            return
+        started = time.perf_counter()
+        fn = stage.fn_class(*stage.args)
+        self._local.worker_starts += 1
+        spent = time.perf_counter() - started  # the batch function's time only, not the caller's commits
+        for offset in range(0, table.num_rows, stage.batch_size):
+            started = time.perf_counter()
+            batch = fn(table.slice(offset, stage.batch_size))
+            spent += time.perf_counter() - started
+            done = min(offset + stage.batch_size, table.num_rows)
+            yield batch, done
+            if budget_s is not None and done < table.num_rows and spent + spent / done * (table.num_rows - done) > budget_s:
+                return
 
     def close_executor(self) -> None:
         if self.executor is not None:
