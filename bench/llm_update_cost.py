@@ -57,8 +57,10 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/graphwright-llm-update-cost"))
     p.add_argument("--share", type=float, default=0.001)
     p.add_argument("--on-top", type=float, default=0.0, metavar="SHARE", help="the edit the index already holds")
-    p.add_argument("--src", action="append", required=True, metavar="LABEL=CHECKOUT")
+    p.add_argument("--src", action="append", required=True, metavar="LABEL=CHECKOUT[:INDEX]",
+                   help="a checkout to run (from its own copy of INDEX when given, e.g. one its own build left)")
     p.add_argument("--full-build-s", type=float)
+    p.add_argument("--keep", action="store_true", help="keep each checkout's updated index (WORK/run-LABEL)")
     p.add_argument("--profile", type=Path, metavar="DIR", help="run each checkout under cProfile, writing DIR/LABEL.prof")
     a = p.parse_args()
     if a.profile:
@@ -77,13 +79,15 @@ def main() -> None:
             results["edit"] = edit
             print(time.strftime("%T"), edit, flush=True)
             for label, checkout in (s.split("=", 1) for s in a.src):
+                checkout, _, index = checkout.partition(":")  # LABEL=CHECKOUT:INDEX: this run's own starting index
                 target = a.work / f"run-{label}"
-                copy_index(a.index, target)
+                copy_index(Path(index) if index else a.index, target)
                 script = Path(checkout) / "bench" / "llm_path_scale.py"
                 profile = ["-m", "cProfile", "-o", str(a.profile / f"{label}.prof")] if a.profile else []
                 out = subprocess.run([sys.executable, *profile, str(script), "--one", str(a.corpus), str(target), f"http://127.0.0.1:{port}/v1"],
                                      capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(Path(checkout) / "src")))
-                shutil.rmtree(target)
+                if not a.keep:
+                    shutil.rmtree(target)
                 if out.returncode:
                     raise SystemExit(f"the {label} run failed:\n{out.stderr[-3000:]}")
                 r = results[label] = json.loads(out.stdout.strip().splitlines()[-1])

@@ -12,6 +12,7 @@ import pyarrow as pa
 from graphwright.config import PipelineConfig
 from graphwright.engines.embed import model_name
 from graphwright.pipeline.stage import Stage, Where
+from graphwright.storage.checkpoints import checkpoint_due
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, manifests
 from graphwright.storage.patch import data_files
@@ -74,12 +75,13 @@ def execute(run, m: dict) -> dict:
     vector_indexes = run.results["embed"]["vector_indexes"]
     manifest = publish(run.store, run.run_id, run.config, vector_indexes, run.results["embed"].get("vector_files"))
     m.update(rows_in=len(manifest["table_versions"]), rows_out=1 if manifest["new"] else 0, version=manifest["version"],
-             new_version=manifest["new"], work_unit="versions", work_done=1, work_total=1)
+             new_version=manifest["new"], work_unit="versions", work_done=1, work_total=1,
+             checkpoints=checkpoint_due(run.store))  # so that the next run's table opens replay few commits
     return manifest
 
 
 STAGE = Stage(
     "publish", reads=DATA_TABLES + ("vectors/",), writes=("index_manifest",), execute=execute,
     where=lambda cfg: Where(f"manifest + {cfg.vectors.engine} indexes"),
-    summary="a new manifest version pinning every table's Delta version and the vector files",
+    summary="a new manifest version pinning every table's Delta version and the vector files; Delta checkpoints where due",
 )

@@ -15,8 +15,8 @@ import re
 import threading
 
 LOG = "_delta_log"
-_COMMIT = re.compile(r"^(\d{20})\.json$")
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
+COMMIT = re.compile(r"^(\d{20})\.json$")
+CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
 ACTIONS = {"add", "remove", "metaData", "protocol", "commitInfo", "txn", "cdc", "domainMetadata", "checkpointMetadata",
            "sidecar"}
 
@@ -62,11 +62,11 @@ def log_problems(entries: dict[str, int], version: int | None, read=None) -> lis
     """(commit version, what is wrong) for the commits a reader of `version` (None: the latest)
     replays: those after the newest checkpoint at or before it. `read(name) -> bytes` also parses
     each commit (without it only presence and emptiness are checked)."""
-    commits = {int(m.group(1)): size for name, size in entries.items() if (m := _COMMIT.match(name))}
+    commits = {int(m.group(1)): size for name, size in entries.items() if (m := COMMIT.match(name))}
     if not commits:
         return []
     version = max(commits) if version is None else version
-    checkpoints = [int(m.group(1)) for name in entries if (m := _CHECKPOINT.match(name)) and int(m.group(1)) <= version]
+    checkpoints = [int(m.group(1)) for name in entries if (m := CHECKPOINT.match(name)) and int(m.group(1)) <= version]
     first = max(checkpoints) + 1 if checkpoints else 0
     problems = []
     for v in range(first, version + 1):

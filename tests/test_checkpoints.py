@@ -1,0 +1,50 @@
+"""Delta checkpoints: a table's opens replay at most a few commits, whatever the runs behind it,
+and every version stays readable."""
+
+import json
+from datetime import datetime, timezone
+
+import pyarrow as pa
+from _helpers import CORPUS, make_config, run
+
+from graphwright.storage.checkpoints import CHECKPOINT_EVERY, checkpoint_due, commits_since_checkpoint
+from graphwright.storage.delta import IndexStore
+
+
+def _runs_row(n: int) -> pa.Table:
+    return pa.Table.from_pylist([{"run_id": f"run-{n:03d}", "command": "index", "started_at": datetime.now(timezone.utc),
+                                  "status": "succeeded", "config_hash": "c", "summary": "{}", "finished_at": None, "error": None}])
+
+
+def test_a_table_with_many_commits_gets_a_checkpoint_and_keeps_its_versions(tmp_path):
+    store = IndexStore(tmp_path / "index")
+    for n in range(CHECKPOINT_EVERY + 2):
+        store.upsert("runs", _runs_row(n))
+    latest, since = commits_since_checkpoint(store, "runs")
+    assert since == latest + 1 > CHECKPOINT_EVERY  # the premise: nothing checkpointed yet
+    assert checkpoint_due(store) == {"runs": latest}
+    assert commits_since_checkpoint(store, "runs") == (latest, 0)
+    assert checkpoint_due(store) == {}  # nothing due: nothing written again
+    # the checkpoint deletes no commit: an early version reads as it was
+    assert store.read("runs", version=2).num_rows == 2
+    assert store.read("runs").num_rows == CHECKPOINT_EVERY + 2
+    store.upsert("runs", _runs_row(99))
+    assert commits_since_checkpoint(store, "runs") == (latest + 1, 1)
+
+
+def test_nightly_runs_keep_every_table_within_a_few_commits_of_a_checkpoint(tmp_path):
+    """Each run commits to runs and stage_metrics even when it changes nothing: without
+    checkpoints their opens would replay every run ever made."""
+    index = tmp_path / "index"
+    checkpointed = {}
+    for _ in range(7):
+        summary = run([CORPUS], index, make_config())
+        store = IndexStore(index)
+        details = json.loads(next(r["details"] for r in store.read("stage_metrics").to_pylist()
+                                  if r["stage"] == "publish" and r["run_id"] == summary["run_id"]))
+        checkpointed.update(details["checkpoints"])
+    assert "runs" in checkpointed
+    for name in store.versions():
+        latest, since = commits_since_checkpoint(store, name)
+        # what the publish stage left due, plus the commits the run made after it
+        assert since < CHECKPOINT_EVERY + 3, (name, latest, since)
