@@ -264,6 +264,10 @@ def test_an_unchanged_rerun_skips_llm_reports_without_planning_them(server, corp
     monkeypatch.setattr(report_stage, "LLMReports", no_plans)
     again = run([corpus], tmp_path / "index", cfg)
     assert again["recomputed"]["reports_reused"] == n and again["recomputed"]["reports_built"] == 0
+    # the same model behind another address (a restarted server's port): the answers are the same
+    moved = config(server)
+    moved.llm.base_url, moved.llm.concurrency = server.base_url.replace("127.0.0.1", "localhost"), 3
+    assert run([corpus], tmp_path / "index", moved)["recomputed"]["reports_built"] == 0
     # other report settings: the note does not apply, and the reports are planned again
     with pytest.raises(Exception, match="planned the LLM reports"):
         run([corpus], tmp_path / "index", config(server, max_failed_fraction=0.9))
@@ -376,3 +380,4 @@ def test_lazy_queries_cost_report_rows_with_the_counts_the_index_run_left(server
     result = query(str(index), "Who is Mara Voss?", answer=False)
     assert IndexStore(index).count("lazy_reports") > 0 and result["evidence"]
     assert tokenized == []
+

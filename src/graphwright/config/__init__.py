@@ -85,6 +85,11 @@ class LLMConfig(_Section):
     n_ctx: int = Field(4096, ge=512)  # llamacpp context window
     batch: BatchConfig = BatchConfig()
 
+    def answer_settings(self) -> str:
+        """The settings an answer depends on (not where or how fast it is asked for): what a
+        stage that keeps answers between runs compares."""
+        return self.model_dump_json(include={"model", "response_format", "max_tokens", "max_response_bytes", "temperature"})
+
     def require(self, what: str) -> LLMConfig:
         """This configuration, or a clear error when `what` needs an LLM and no model is set."""
         if not self.model:

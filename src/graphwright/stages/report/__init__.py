@@ -29,10 +29,11 @@ def execute(run, m: dict) -> dict:
     if cfg.mode != "extractive":
         run.config.llm.require(f"report.mode {cfg.mode}")  # lazy too: a query must not be the first to find out
     # lazy reports are written by queries, so a lazy run always looks; an LLM run's note names
-    # the LLM settings its answers depend on, and is left only by a run in which none failed
+    # the LLM settings its answers depend on (not the endpoint, which a restarted server or a
+    # scheduler may move), and is left only by a run in which none failed
     reads = ("communities", "entities", "relationships") + (("chunks",) if cfg.mode == "llm" else ())  # prompts quote chunks
     memo = StageMemo(store, "report", reads, ("community_reports",),
-                     cfg.model_dump_json() + (run.config.llm.model_dump_json() if cfg.mode == "llm" else "")
+                     cfg.model_dump_json() + (run.config.llm.answer_settings() if cfg.mode == "llm" else "")
                      ) if cfg.mode != "lazy" else None
     if memo is not None and (last := memo.unchanged()) is not None:  # no input written since the reports were
         m.update(rows_in=0, rows_out=0, skipped=True, **last, work_unit="reports", work_done=0,
