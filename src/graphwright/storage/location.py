@@ -16,6 +16,7 @@ refuses to write at all. A store without conditional puts cannot hold an index.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import tempfile
@@ -91,10 +92,21 @@ class IndexFiles:
 
         obstore.put(self.store, relative, data)
 
-    def write_file(self, relative: str, local: Path) -> None:
-        """write_bytes from a local file, streamed (a multi-GB index need not be in memory)."""
+    def write_file(self, relative: str, local: Path, move: bool = False) -> None:
+        """write_bytes from a local file, streamed (a multi-GB index need not be in memory). With
+        `move` the caller gives the file up: a local index on the same filesystem renames it into
+        place (atomically, as a put is) instead of copying it (2.2 GB for a 1.2M-chunk vector index)."""
         import obstore
 
+        if move and not is_uri(self.location):
+            target = Path(self.location) / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(local, target)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:  # another filesystem: copied below
+                    raise
         obstore.put(self.store, relative, local)
 
     @contextmanager

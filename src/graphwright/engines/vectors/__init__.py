@@ -180,12 +180,12 @@ def save_to(files, relative: str, vi: VectorIndex) -> dict[str, str]:
 
     with tempfile.TemporaryDirectory() as tmp:
         ids_bytes = _write(vi, Path(tmp) / "index")
-        files.write_bytes(ids_path(relative), ids_bytes)
-        files.write_file(relative, Path(tmp) / "index")
         digest = hashlib.sha256()
         with open(Path(tmp) / "index", "rb") as fh:
             for block in iter(lambda: fh.read(8 << 20), b""):
                 digest.update(block)
+        files.write_bytes(ids_path(relative), ids_bytes)
+        files.write_file(relative, Path(tmp) / "index", move=True)
     return {relative: digest.hexdigest(), ids_path(relative): hashlib.sha256(ids_bytes).hexdigest()}
 
 

@@ -43,7 +43,7 @@ def write_passage_graph(store: IndexStore, synonyms: str | None) -> str:
     with tempfile.TemporaryDirectory(prefix="graphwright-graph-") as tmp:
         for name, array in arrays.items():
             np.save(Path(tmp) / f"{name}.npy", array)
-            store.files.write_file(f"{folder}/{name}.npy", Path(tmp) / f"{name}.npy")
+            store.files.write_file(f"{folder}/{name}.npy", Path(tmp) / f"{name}.npy", move=True)
     store.files.write_bytes(relative, json.dumps(meta).encode())
     return relative
 
