@@ -199,14 +199,16 @@ class Run:
         started = time.perf_counter()
         fn = stage.fn_class(*stage.args)
         self._local.worker_starts += 1
-        spent = time.perf_counter() - started  # the batch function's time only, not the caller's commits
+        built = time.perf_counter() - started  # a model load, paid once: not part of the rate
+        spent = 0.0  # in the batch function only, not in the caller's commits
         for offset in range(0, table.num_rows, stage.batch_size):
             started = time.perf_counter()
             batch = fn(table.slice(offset, stage.batch_size))
             spent += time.perf_counter() - started
             done = min(offset + stage.batch_size, table.num_rows)
             yield batch, done
-            if budget_s is not None and done < table.num_rows and spent + spent / done * (table.num_rows - done) > budget_s:
+            rest = spent / done * (table.num_rows - done)
+            if budget_s is not None and done < table.num_rows and built + spent + rest > budget_s:
                 return
 
     def close_executor(self) -> None:
