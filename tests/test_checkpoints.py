@@ -3,6 +3,7 @@ and every version stays readable."""
 
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pyarrow as pa
 from _helpers import CORPUS, make_config, run
@@ -48,3 +49,29 @@ def test_nightly_runs_keep_every_table_within_a_few_commits_of_a_checkpoint(tmp_
         latest, since = commits_since_checkpoint(store, name)
         # what the publish stage left due, plus the commits the run made after it
         assert since < CHECKPOINT_EVERY + 3, (name, latest, since)
+
+
+def _age_log(store: IndexStore, name: str, days: int = 40) -> None:
+    import os
+    import time
+
+    log = Path(store.path(name)) / "_delta_log"
+    old = time.time() - days * 86400
+    for entry in log.iterdir():
+        os.utime(entry, (old, old))
+
+
+def test_delta_rs_own_checkpoints_delete_no_commit_a_version_needs(tmp_path):
+    """delta-rs checkpoints a table every `delta.checkpointInterval` commits (100 by default) and
+    by default then deletes the log files older than 30 days below it: a published version from
+    before could no longer be opened. Tables made here, and every write here, keep their log."""
+    store = IndexStore(tmp_path / "index")
+    # a small interval stands in for the 100th commit; set outside graphwright, on purpose
+    store.ensure("runs").alter.set_table_properties({"delta.checkpointInterval": "3"})
+    for n in range(3):
+        store.append("runs", _runs_row(n))
+    pinned = store.version("runs") - 1
+    _age_log(store, "runs")
+    for n in range(3, 9):
+        store.append("runs", _runs_row(n))
+    assert store.read("runs", version=pinned).num_rows == 2

@@ -23,6 +23,7 @@ from graphwright.config import MaintenanceConfig
 from graphwright.ops.costs import stage_cost, stage_row
 from graphwright.ops.versions import retain
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.log_retention import KEEP_LOG
 from graphwright.storage.memo import rebase_notes
 from graphwright.storage.patch import data_files
 
@@ -56,7 +57,8 @@ def maintain(store: IndexStore, run_id: str, config: MaintenanceConfig, cost=Non
         for name in config.optimize_tables:
             if store.exists(name) and len(data_files(store, name)) >= config.min_files:
                 before = store.version(name)
-                result = store.ensure(name).optimize.compact(target_size=config.target_file_mb << 20)
+                result = store.ensure(name).optimize.compact(target_size=config.target_file_mb << 20,
+                                                             post_commithook_properties=KEEP_LOG)
                 moved[name] = (before, store.version(name))
                 compacted[name] = {"files_removed": result["numFilesRemoved"], "files_added": result["numFilesAdded"]}
                 added = result["filesAdded"]

@@ -9,6 +9,7 @@ from graphwright.engines.vectors import ids_path
 from graphwright.stages.embed.search_files import unused_files
 from graphwright.stages.publish import publish
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.log_retention import KEEP_LOG
 from graphwright.storage.manifest import DATA_TABLES, load_manifest, manifests
 
 
@@ -40,7 +41,8 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     removed = 0
     for name in DATA_TABLES:
         if store.exists(name):
-            removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False))
+            removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False,
+                                                  post_commithook_properties=KEEP_LOG))
     used = {f for r in kept for f in r["vector_indexes"].values()}
     for relative in (p for p in store.files.list("vectors") if p.endswith(".faiss")):
         if relative not in used:

@@ -26,6 +26,7 @@ from deltalake.transaction import AddAction
 
 from graphwright.storage import contracts, health, location
 from graphwright.storage.health import table_error
+from graphwright.storage.log_retention import KEEP_LOG, TABLE_PROPERTIES
 from graphwright.storage.diff import key_column, row_diff, row_digests
 
 
@@ -147,7 +148,7 @@ class IndexStore:
         if dt is not None:
             missing = _missing_fields(name, dt)
             if missing:
-                dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields))
+                dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields), post_commithook_properties=KEEP_LOG)
                 dt = self._table(name)
         if dt is None:
             schema = contracts.schema(name)
@@ -156,8 +157,8 @@ class IndexStore:
                 schema=schema.arrow,
                 partition_by=list(schema.partition_by) or None,
                 mode="ignore",
-                name=name,
-                description=schema.description,
+                name=name, description=schema.description,
+                configuration=TABLE_PROPERTIES,  # storage.log_retention
                 storage_options=self.storage_options,
             )
         return dt
@@ -273,7 +274,7 @@ class IndexStore:
         data = contracts.schema(name).validate(table)
         self._writing(name)
         self.ensure(name)
-        write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options)
+        write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options, post_commithook_properties=KEEP_LOG)
         return self.version(name)
 
     def upsert(self, name: str, table: pa.Table) -> int:
@@ -284,12 +285,8 @@ class IndexStore:
         dt = self.ensure(name)
         if data.num_rows:
             on = " AND ".join(f't."{k}" = s."{k}"' for k in schema.primary_key)
-            (
-                dt.merge(data, predicate=on, source_alias="s", target_alias="t")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute()
-            )
+            merge = dt.merge(data, predicate=on, source_alias="s", target_alias="t", post_commithook_properties=KEEP_LOG)
+            merge.when_matched_update_all().when_not_matched_insert_all().execute()
         return self.version(name)
 
     def append(self, name: str, table: pa.Table) -> int:
@@ -297,7 +294,7 @@ class IndexStore:
         self._writing(name)
         self.ensure(name)
         if data.num_rows:
-            write_deltalake(self.path(name), data, mode="append", storage_options=self.storage_options)
+            write_deltalake(self.path(name), data, mode="append", storage_options=self.storage_options, post_commithook_properties=KEEP_LOG)
         return self.version(name)
 
     def replace_if_changed(self, name: str, table: pa.Table) -> dict:
@@ -328,7 +325,8 @@ class IndexStore:
                 if schema.partition_by:
                     batches = (batch for path, _ in files for batch in pq.ParquetFile(path).iter_batches())
                     reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
-                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options)
+                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options,
+                                    post_commithook_properties=KEEP_LOG)
                 else:
                     self._commit_files(dt, name, files)
         return diff
@@ -358,7 +356,7 @@ class IndexStore:
             obstore.put(table_files, relative, Path(local))
             actions.append(AddAction(relative, Path(local).stat().st_size, {}, int(time.time() * 1000), True,
                                      json.dumps({"numRecords": rows})))
-        dt.create_write_transaction(actions, mode=mode, schema=contracts.schema(name).arrow)
+        dt.create_write_transaction(actions, mode=mode, schema=contracts.schema(name).arrow, post_commithook_properties=KEEP_LOG)
 
     def delete(self, name: str, where: str) -> int:
         """Delete the rows matching a SQL predicate; returns how many were deleted."""
@@ -367,7 +365,7 @@ class IndexStore:
             return 0
         if self.journal is not None:
             self.journal.setdefault(name, dt.version())
-        return int(dt.delete(where).get("num_deleted_rows", 0))
+        return int(dt.delete(where, post_commithook_properties=KEEP_LOG).get("num_deleted_rows", 0))
 
     def delete_in(self, name: str, column: str, values, *, also: str | None = None) -> int:
         """Delete rows whose `column` is in `values` (and that match the SQL predicate `also`),

@@ -24,6 +24,7 @@ from deltalake.transaction import AddAction, RemoveAction
 
 from graphwright.storage import contracts, location
 from graphwright.storage.diff import key_column, row_digests
+from graphwright.storage.log_retention import KEEP_LOG
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -140,4 +141,4 @@ def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str
         relative = f"part-{i:05d}-{batch}.parquet"
         obstore.put(table_files, relative, Path(local))
         actions.append(AddAction(relative, Path(local).stat().st_size, {}, now, change, json.dumps({"numRecords": rows})))
-    dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow)
+    dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow, post_commithook_properties=KEEP_LOG)
