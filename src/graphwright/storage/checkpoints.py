@@ -2,8 +2,8 @@
 checkpoint (about 0.3 ms each here), and health verifies them again, so without checkpoints every
 open grows with the nightly runs behind it: after one LLM-path build the embeddings table had 58
 commits and took 20 ms to open, 5 ms from a checkpoint. delta-rs checkpoints on its own only every
-100 commits, and then also deletes log files past the log retention, which would make published
-versions older than that unreadable; a checkpoint written here deletes nothing."""
+100 commits (and would then delete old log files, which storage.log_retention turns off); a
+checkpoint written here deletes nothing."""
 
 from __future__ import annotations
 
