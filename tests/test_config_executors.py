@@ -100,3 +100,43 @@ def test_the_driver_runs_batches_while_they_fit_its_time_budget(tmp_path, monkey
     assert pa.concat_tables(out).column("x").to_pylist() == [2 * v for v in range(10)]  # each row once, in order
     assert run.inlined.get("double", 0) == in_driver
     assert executor.rows == ([10 - in_driver] if in_driver < 10 else [])
+
+
+class _Clock:
+    now = 0.0
+
+
+class _TimedByLength:
+    """A batch function whose run time (on a fake clock) is the length of its rows' texts."""
+
+    built_with: list = []
+
+    def __init__(self, *args):
+        _TimedByLength.built_with.append(args)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        _Clock.now += sum(len(t) for t in batch.column("text").to_pylist())
+        return batch
+
+
+@pytest.mark.parametrize(("weight", "in_driver"), [(None, 9), ("text", 3)])
+def test_the_driver_projects_the_rest_by_the_rows_weight(tmp_path, monkeypatch, weight, in_driver):
+    """Rows sorted by length (the embed stage sorts them so): projected by rows, the short ones
+    first make the rest look cheap and the driver overruns its budget; by text length it hands
+    over after the first batch. In the driver the function is built with `driver_args`."""
+    from graphwright.pipeline import context
+    from graphwright.pipeline.progress import StageProgress
+    from graphwright.storage.delta import IndexStore
+
+    executor = _CountingExecutor()
+    monkeypatch.setattr(context, "make_executor", lambda cfg: executor)
+    monkeypatch.setattr(context.time, "perf_counter", lambda: _Clock.now)
+    _TimedByLength.built_with = []
+    cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": 0, "inline_seconds": 100}})
+    run = context.Run(IndexStore(tmp_path / "index"), cfg, "r", StageProgress(False), lambda m: None)
+    table = pa.table({"text": ["a"] * 6 + ["x" * 100] * 4})
+    stage = BatchStage("t", _TimedByLength, ("capped",), batch_size=3, weight=weight, driver_args=("all cores",))
+    out = list(run.map_batches("t", table, stage))
+    assert pa.concat_tables(out).column("text").to_pylist() == table.column("text").to_pylist()
+    assert run.inlined["t"] == in_driver and executor.rows == [10 - in_driver]
+    assert _TimedByLength.built_with[0] == ("all cores",)

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.config import PipelineConfig
 from graphwright.ops.costs import stage_cost, stage_row
@@ -19,6 +21,7 @@ from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_execu
 from graphwright.pipeline.progress import StageProgress
 from graphwright.storage.delta import IndexStore
 from graphwright.util import memory
+from graphwright.util.numeric import to_numpy
 from graphwright.util.terminal import plain
 
 
@@ -197,17 +200,20 @@ class Run:
         if budget_s is not None and budget_s <= 0:
             return
         started = time.perf_counter()
-        fn = stage.fn_class(*stage.args)
+        fn = stage.fn_class(*(stage.args if stage.driver_args is None else stage.driver_args))
         self._local.worker_starts += 1
         built = time.perf_counter() - started  # a model load, paid once: not part of the rate
         spent = 0.0  # in the batch function only, not in the caller's commits
+        # the work done so far and in all, in rows or, where the stage says, in characters
+        work = (np.cumsum(to_numpy(pc.utf8_length(table.column(stage.weight)).fill_null(0), np.int64) + 1)
+                if stage.weight and budget_s is not None else np.arange(1, table.num_rows + 1))
         for offset in range(0, table.num_rows, stage.batch_size):
             started = time.perf_counter()
             batch = fn(table.slice(offset, stage.batch_size))
             spent += time.perf_counter() - started
             done = min(offset + stage.batch_size, table.num_rows)
             yield batch, done
-            rest = spent / done * (table.num_rows - done)
+            rest = spent / work[done - 1] * (work[-1] - work[done - 1])
             if budget_s is not None and done < table.num_rows and built + spent + rest > budget_s:
                 return
 

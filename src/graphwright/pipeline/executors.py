@@ -29,6 +29,8 @@ class BatchStage:
     num_gpus: float = 0.0
     actors: int = 1
     on_driver: bool = False  # run in the driver process (for batch functions that start Ray jobs themselves)
+    driver_args: tuple | None = None  # the arguments when built in the driver, if not `args` (e.g. no thread cap)
+    weight: str | None = None  # a text column whose length says how much work a row is (rows sorted by length)
 
 
 WORKER_CPU_COLUMN = "__worker_cpu_s"

@@ -70,7 +70,8 @@ def execute(run, m: dict) -> dict:
     if todo:
         texts = store.rows_in("documents", "doc_id", todo, ["doc_id", "content_hash", "text"])
         stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
-                           batch_size=DOCUMENTS_PER_BATCH, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+                           batch_size=DOCUMENTS_PER_BATCH, num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors,
+                           weight="text")
         pending: list[pa.Table] = []
         documents_in = lambda batch: len(set(batch.column("doc_id").to_pylist()))
         had_chunks = pc.unique(chunks.column("doc_id").combine_chunks())

@@ -103,8 +103,10 @@ def _embedded(run, todo: pa.Table):
     """`todo`'s rows with a `vector` instead of their `text`, batch by batch."""
     cfg = run.config
     if cfg.embed.engine != "vllm":
+        # an actor's torch threads are capped to its CPUs; the driver, running batches alone, uses all of its cores
         stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
-                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors)
+                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors,
+                           driver_args=(cfg.embed, None), weight="text")
         yield from run.map_batches("embed", todo, stage)
         return
     from graphwright.engines.embed import make_embedder
