@@ -205,17 +205,19 @@ class Run:
         built = time.perf_counter() - started  # a model load, paid once: not part of the rate
         spent = 0.0  # in the batch function only, not in the caller's commits
         # the work done so far and in all, in rows or, where the stage says, in characters
-        work = (np.cumsum(to_numpy(pc.utf8_length(table.column(stage.weight)).fill_null(0), np.int64) + 1)
-                if stage.weight and budget_s is not None else np.arange(1, table.num_rows + 1))
+        if budget_s is not None:
+            work = (np.cumsum(to_numpy(pc.utf8_length(table.column(stage.weight)).fill_null(0), np.int64) + 1)
+                    if stage.weight else np.arange(1, table.num_rows + 1))
         for offset in range(0, table.num_rows, stage.batch_size):
             started = time.perf_counter()
             batch = fn(table.slice(offset, stage.batch_size))
             spent += time.perf_counter() - started
             done = min(offset + stage.batch_size, table.num_rows)
             yield batch, done
-            rest = spent / work[done - 1] * (work[-1] - work[done - 1])
-            if budget_s is not None and done < table.num_rows and built + spent + rest > budget_s:
-                return
+            if budget_s is not None and done < table.num_rows:
+                rest = spent / work[done - 1] * (work[-1] - work[done - 1])
+                if built + spent + rest > budget_s:
+                    return
 
     def close_executor(self) -> None:
         if self.executor is not None:
