@@ -68,6 +68,14 @@ def test_local_executor_runs_batches_in_order():
     executor.close()
 
 
+def test_the_local_executor_builds_a_stage_with_its_driver_arguments():
+    # in-process there are no actors to share the machine with: a thread cap for actors
+    # (EmbedBatch's torch threads) would leave the driver's other cores idle
+    executor = LocalExecutor()
+    stage = BatchStage("double", Doubler, (2,), batch_size=4, driver_args=(3,))
+    assert pa.concat_tables(executor.map_batches(pa.table({"x": [1, 2]}), stage)).column("x").to_pylist() == [3, 6]
+
+
 class _CountingExecutor(LocalExecutor):
     """An executor that records the rows it was handed."""
 

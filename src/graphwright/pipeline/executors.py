@@ -70,7 +70,8 @@ class LocalExecutor:
     def map_batches(self, table: pa.Table, stage: BatchStage) -> Iterator[pa.Table]:
         if not table.num_rows:
             return
-        fn = stage.fn_class(*stage.args)
+        # in-process the function has the driver's cores to itself, as when Run inlines a stage
+        fn = stage.fn_class(*(stage.args if stage.driver_args is None else stage.driver_args))
         self.worker_starts += 1
         for offset in range(0, table.num_rows, stage.batch_size):
             yield fn(table.slice(offset, stage.batch_size))
