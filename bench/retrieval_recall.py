@@ -14,7 +14,8 @@ all-MiniLM-L6-v2, in-process executor; kept under --indexes and reused):
   69 questions with a short answer) is the figure.
 
 Per set and mode: recall@5, recall@10 (mean share of a question's gold documents in the top k),
-all-gold@10 (share of questions with every gold document there) and answer-in-evidence@10, each
+all-gold@10 (share of questions with every gold document there), answer-in-evidence@10 and
+answer_words@10 (the share of a short answer's content words in the top 10's text), each
 with a bootstrap 95% interval over questions, and each mode's paired difference from `naive`
 with its interval. --ablation adds the graph mode with one component removed at a time.
 --baseline-src runs the modes of another checkout's code (e.g. the commit before this work,
@@ -35,7 +36,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 SETS = ("hotpotqa", "distractors", "novel")
-METRICS = ("recall@5", "recall@10", "all_gold@10", "answer@10")
+METRICS = ("recall@5", "recall@10", "all_gold@10", "answer@10", "answer_words@10")
 # the graph mode with one component removed (query settings), what each adds
 ABLATION = {
     "graph -facts": {"graph_facts": 0},
@@ -84,10 +85,19 @@ def ensure_index(data: Path, name: str, work: Path) -> Path:
     return index
 
 
+def answers_in_corpus(corpus_file: Path, questions: Path) -> tuple[int, int]:
+    """(questions whose short answer occurs verbatim in some document, questions with a short answer)."""
+    from graphwright.query.evaluate import _normal, load_questions, short_answer
+
+    text = "\n".join(_normal(json.loads(line)["text"]) for line in corpus_file.read_text().splitlines() if line.strip())
+    short = [q for q in load_questions(questions) if short_answer(q)]
+    return sum(1 for q in short if _normal(q["answer"]) in text), len(short)
+
+
 def run_modes(index: Path, questions: Path, modes: dict[str, tuple[str, dict]], k: int = 10) -> dict[str, list[dict]]:
     """Per variant (label -> (mode, query settings)), per question: gold ids, evidence doc ids and texts."""
     from graphwright.ids import doc_id
-    from graphwright.query.evaluate import answer_in_evidence, load_questions
+    from graphwright.query.evaluate import answer_in_evidence, answer_word_recall, load_questions
     from graphwright.query.searcher import Searcher
 
     rows = load_questions(questions)
@@ -102,7 +112,8 @@ def run_modes(index: Path, questions: Path, modes: dict[str, tuple[str, dict]], 
             evidence = searcher.search(q["question"], mode, k, use_llm=False)["evidence"][:k]
             gold = {doc_id(g) for g in q["gold_doc_ids"]}
             per.append({"gold": sorted(gold), "docs": [e["doc_id"] for e in evidence],
-                        "answer5": answer_in_evidence(q, evidence[:5]), "answer10": answer_in_evidence(q, evidence)})
+                        "answer5": answer_in_evidence(q, evidence[:5]), "answer10": answer_in_evidence(q, evidence),
+                        "words10": answer_word_recall(q, evidence)})
         out[label] = {"per_question": per, "seconds_per_query": (time.perf_counter() - started) / max(len(rows), 1)}
     return out
 
@@ -112,7 +123,8 @@ def scores(per: list[dict]) -> dict[str, np.ndarray]:
     def recall(p, k):
         return len(set(p["gold"]) & set(p["docs"][:k])) / len(p["gold"])
     answer = np.array([np.nan if p["answer10"] is None else float(p["answer10"]) for p in per])
-    return {"recall@5": np.array([recall(p, 5) for p in per]), "recall@10": np.array([recall(p, 10) for p in per]),
+    words = np.array([np.nan if p.get("words10") is None else p["words10"] for p in per])
+    return {"answer_words@10": words, "recall@5": np.array([recall(p, 5) for p in per]), "recall@10": np.array([recall(p, 10) for p in per]),
             "all_gold@10": np.array([float(recall(p, 10) == 1.0) for p in per]), "answer@10": answer}
 
 
@@ -171,6 +183,8 @@ def main() -> int:
         if a.baseline_src:
             results[name] |= {f"before: {m}": r for m, r in baseline(a.baseline_src, index, questions_of(a.data, name), a.baseline_modes.split(",")).items()}
         results[name] |= run_modes(index, questions_of(a.data, name), variants)
+        quoted, short = answers_in_corpus(corpus(a.data, name, a.indexes), questions_of(a.data, name))
+        print(f"{name}: {quoted} of {short} short answers occur verbatim in the corpus (answer@10's ceiling)", file=sys.stderr)
     report(results, a.bootstrap, a.json)
     return 0
 

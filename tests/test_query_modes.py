@@ -337,6 +337,19 @@ def test_eval_scores_every_mode_against_gold_documents(indexed):
             words = " ".join(re.findall(r"\w+", " ".join(e["text"] for e in evidence).casefold()))
             assert p["answer_found"] == (" ".join(re.findall(r"\w+", q["answer"].casefold())) in words)
         assert result["short_answer_questions"] == len(questions)
+        assert result["answer_words@10"] == pytest.approx(sum(p["answer_words"] for p in result["per_question"]) / len(questions), abs=1e-3)
+
+
+def test_answer_words_credit_an_answer_phrased_rather_than_quoted():
+    from graphwright.query.evaluate import answer_in_evidence, answer_word_recall
+
+    q = {"question": "What is near Housel Cove?", "answer": "Penolver is located near Housel Cove."}
+    evidence = [{"text": "From Housel Cove we walked on; near it stands Penolver, the headland."}]
+    assert answer_in_evidence(q, evidence) is False  # not verbatim
+    assert answer_word_recall(q, evidence) == pytest.approx(4 / 5)  # all but "located" of penolver, located, near, housel, cove
+    assert answer_word_recall(q, [{"text": "nothing here"}]) == 0.0
+    assert answer_word_recall({"question": "?", "answer": "yes"}, evidence) is None  # not a short answer
+    assert answer_word_recall({"question": "?", "answer": "the"}, evidence) is None  # no content word
 
 
 def test_global_merges_repeated_points():

@@ -99,6 +99,9 @@ def eval_(
     else:
         out.print(f"{result['questions']} questions, mode {mode}: recall@{k} {result[f'recall@{k}']:.3f}, "
                   f"all gold in top {k}: {result[f'all_gold@{k}']:.3f}, {result['seconds_per_query']:.3f} s/query")
+        if result["short_answer_questions"]:
+            out.print(f"{result['short_answer_questions']} short answers: text in the top {k} "
+                      f"{result[f'answer_in_evidence@{k}']:.3f}, their words in the top {k} {result[f'answer_words@{k}']:.3f}")
         if result.get("reasoning_steps") is not None and not result.get("answered"):
             out.print(f"iterative retrieval: {result['reasoning_steps']} reasoning steps, "
                       f"{result['prompt_tokens']} prompt + {result['completion_tokens']} completion tokens")

@@ -53,7 +53,8 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
     `all_gold@k`: share of questions with every gold document there; `answer_in_evidence@k`:
     share of questions with a short gold `answer` whose text occurs in the top-k evidence text
     (where every question has one gold document among few, as in novel-dev, recall@k says
-    little). Gold ids are source keys. `options` go to the search (e.g. `level` for global).
+    little); `answer_words@k`: mean share of such an answer's content words in that text. Gold
+    ids are source keys. `options` go to the search (e.g. `level` for global).
 
     Without `answer`, retrieval only (global ranks its reports, the lightrag modes take keywords
     from the question). With `answer` (None: when an LLM is configured), the mode runs as a
@@ -76,6 +77,8 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
         found = answer_in_evidence(q, evidence)
         if found is not None:
             row["answer_found"] = found
+        if (words := answer_word_recall(q, evidence)) is not None:
+            row["answer_words"] = round(words, 4)
         steps = result.get("ircot") or {}
         if steps:
             row |= {"steps": len(steps["steps"]), "prompt_tokens": steps["prompt_tokens"], "completion_tokens": steps["completion_tokens"]}
@@ -88,6 +91,7 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
         per_question.append({**row, "seconds": round(time.perf_counter() - t, 4)})
     n = len(per_question) or 1
     found = [p["answer_found"] for p in per_question if "answer_found" in p]
+    words = [p["answer_words"] for p in per_question if "answer_words" in p]
     seconds = sorted(p["seconds"] for p in per_question) or [0.0]
     summary = {
         "mode": mode,
@@ -98,6 +102,8 @@ def evaluate(index_dir: str, questions: list[dict], mode: str, k: int, version: 
         # the gold answer's text occurs in the top-k evidence (questions with a short answer other than yes/no)
         f"answer_in_evidence@{k}": round(sum(found) / len(found), 4) if found else None,
         "short_answer_questions": len(found),
+        # share of the short answer's content words in the top-k evidence text, mean over those questions
+        f"answer_words@{k}": round(sum(words) / len(words), 4) if words else None,
         "seconds_per_query": round((time.perf_counter() - started) / n, 4),
         "latency_p50_s": seconds[len(seconds) // 2],
         "latency_max_s": seconds[-1],
@@ -124,6 +130,24 @@ def answer_in_evidence(question: dict, evidence: list[dict]) -> bool | None:
     if not short_answer(question):
         return None
     return _normal(question["answer"]) in _normal(" ".join(e["text"] for e in evidence))
+
+
+# Lucene's English stopwords: words a gold answer shares with almost any text
+_STOPWORDS = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their then "
+                       "there these they this to was will with".split())
+
+
+def answer_word_recall(question: dict, evidence: list[dict]) -> float | None:
+    """Share of the short gold answer's content words that occur in the evidence text (None: no
+    short answer). answer_in_evidence needs the answer verbatim; where answers were written by an
+    LLM rather than quoted (novel-dev: 7 of its 69 short answers occur in its books), this
+    credits the evidence that holds their words."""
+    if not short_answer(question):
+        return None
+    words = set(_answer_tokens(str(question["answer"]))) - _STOPWORDS
+    if not words:
+        return None
+    return len(words & set(_answer_tokens(" ".join(e["text"] for e in evidence)))) / len(words)
 
 
 def short_answer(question: dict, max_words: int = 6) -> bool:
