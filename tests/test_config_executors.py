@@ -1,3 +1,5 @@
+import os
+
 import pyarrow as pa
 import pytest
 from _helpers import CONFIG_FILE
@@ -108,6 +110,36 @@ def test_the_driver_runs_batches_while_they_fit_its_time_budget(tmp_path, monkey
     assert pa.concat_tables(out).column("x").to_pylist() == [2 * v for v in range(10)]  # each row once, in order
     assert run.inlined.get("double", 0) == in_driver
     assert executor.rows == ([10 - in_driver] if in_driver < 10 else [])
+
+
+@pytest.mark.parametrize(("driver_threads", "actors", "inline_seconds", "in_driver"), [
+    (2, 2, 1e-9, 10),  # two single-threaded actors cannot beat two threads in the driver: it keeps the work
+    (2, 3, 1e-9, 3),  # three can: past the budget the rest goes to them
+    (1, 1, 1e-9, 3),  # a single-threaded function: the actor works while the driver commits
+    (2, 2, 0, 0),  # inline_seconds 0: only inline_batches decides
+])
+def test_the_driver_keeps_work_the_executor_cannot_do_sooner(tmp_path, monkeypatch, driver_threads, actors, inline_seconds, in_driver):
+    from graphwright.pipeline import context
+    from graphwright.pipeline.progress import StageProgress
+    from graphwright.storage.delta import IndexStore
+
+    executor = _CountingExecutor()
+    monkeypatch.setattr(context, "make_executor", lambda cfg: executor)
+    cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": 0, "inline_seconds": inline_seconds}})
+    run = context.Run(IndexStore(tmp_path / "index"), cfg, "r", StageProgress(False), lambda m: None)
+    stage = BatchStage("double", Doubler, (2,), batch_size=3, actors=actors, num_cpus=0.5, driver_threads=driver_threads)
+    out = list(run.map_batches("double", pa.table({"x": list(range(10))}), stage))
+    assert pa.concat_tables(out).column("x").to_pylist() == [2 * v for v in range(10)]
+    assert run.inlined.get("double", 0) == in_driver
+    assert executor.rows == ([10 - in_driver] if in_driver < 10 else [])
+
+
+def test_the_embed_stage_counts_torch_threads_in_the_driver():
+    from graphwright.config import EmbedConfig
+    from graphwright.stages.embed import _driver_threads
+
+    assert _driver_threads(EmbedConfig(engine="hashing")) == 1
+    assert _driver_threads(EmbedConfig(engine="sentence-transformers")) == len(os.sched_getaffinity(0))
 
 
 class _Clock:

@@ -173,14 +173,17 @@ class Run:
         that, batches run in the driver while the time spent there plus the time the rest would
         take at the rate measured so far stays within execution.inline_seconds, and the rest goes
         to the executor once it would not. The driver so spends at most inline_seconds before
-        handing over (a ski-rental bound: never much worse than choosing right up front)."""
+        handing over (a ski-rental bound: never much worse than choosing right up front). A stage
+        whose actors would run no more threads than its function runs in the driver stays there
+        (BatchStage.executor_gains), unless inline_seconds is 0."""
         if not table.num_rows:
             return
         execution = self.config.execution
         with self.progress.task(label, table.num_rows) as advance:
             done = 0
             if stage.on_driver or not stage.num_gpus:
-                small = stage.on_driver or table.num_rows <= execution.inline_batches * stage.batch_size
+                small = (stage.on_driver or table.num_rows <= execution.inline_batches * stage.batch_size
+                         or (execution.inline_seconds > 0 and not stage.executor_gains()))
                 for batch, done in self._in_driver(table, stage, None if small else execution.inline_seconds):
                     advance(count(batch))
                     yield batch

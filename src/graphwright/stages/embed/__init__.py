@@ -5,6 +5,8 @@ index (vector_files) and the lexical indexes, synonym edges and passage graph (s
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -106,7 +108,7 @@ def _embedded(run, todo: pa.Table):
         # an actor's torch threads are capped to its CPUs; the driver, running batches alone, uses all of its cores
         stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
                            num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors,
-                           driver_args=(cfg.embed, None), weight="text")
+                           driver_args=(cfg.embed, None), weight="text", driver_threads=_driver_threads(cfg.embed))
         yield from run.map_batches("embed", todo, stage)
         return
     from graphwright.engines.embed import make_embedder
@@ -119,6 +121,13 @@ def _embedded(run, todo: pa.Table):
             offsets = pa.array(np.arange(0, vectors.size + 1, max(vectors.shape[1], 1), dtype=np.int32))
             advance(len(positions))
             yield rest.take(pa.array(positions)).append_column("vector", pa.ListArray.from_arrays(offsets, flat))
+
+
+def _driver_threads(embed) -> int:
+    """The cores the embedder keeps busy in the driver: torch's threads, one per core; the others one."""
+    if embed.engine != "sentence-transformers":
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _embedding_inputs(store: IndexStore, embed) -> dict[str, pa.Table]:
