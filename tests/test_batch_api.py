@@ -10,6 +10,7 @@ import json
 import shutil
 import threading
 import time
+from collections import Counter
 
 import pytest
 import yaml
@@ -295,6 +296,20 @@ def test_two_collectors_racing_for_one_batch_store_it_once(api, tmp_path):
     assert states.count("collected") == 1
     assert len(out["tokens"]) == 1 and out["tokens"][0][0] > 0 and tokens == []  # paid once, counted once
     assert set(second.origins.values()) == {None}  # run-b's answers came from the cache
+
+
+def test_a_batch_another_run_collected_is_not_counted_again(api, tmp_path):
+    # the race above, decided late: run-b takes the batch's lock only after run-a has collected it
+    store = IndexStore(tmp_path / "index")
+    first, thread, out = _gated_collection(api, store, tmp_path)
+    api.download_gate.set()
+    thread.join(20)
+    tokens: list = []
+    second = _engine(store, api, "run-b", 20, [], tokens)
+    (batch_id,) = {r["batch_id"] for r in store.read("llm_batches").to_pylist()}
+    done: dict = {}
+    second._collect(batch_id, None, {}, done, {}, Counter())
+    assert tokens == [] and done == {} and len(out["tokens"]) == 1  # counted by run-a only
 
 
 def test_a_cancel_racing_a_collection_leaves_it_alone(api, tmp_path):

@@ -129,7 +129,7 @@ class BatchEngine:
             except ProviderError as exc:
                 self.ctx.log(f"llm: batch {batch_id}: {exc}; the next run looks again")
                 continue
-            if result is not None:
+            if result is not None and result.outcomes:  # none: another collector had collected it
                 self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
 
     def _reachable(self, row: dict) -> bool:
@@ -159,7 +159,8 @@ class BatchEngine:
             return
         if result is None:
             return
-        self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
+        if result.outcomes:  # none: another collector had collected it, and counted its tokens
+            self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
         # failed for the provider's enqueued-token limit, sent while other batches ran: sent again, not counted
         crowded = result.status == "failed" and "token_limit_exceeded" in (result.errors or "") and any(
             self._reachable(self.ledger.rows[b]) for b in self.ledger.others_running_at(batch_id))
