@@ -203,7 +203,7 @@ class Run:
         if budget_s is not None and budget_s <= 0:
             return
         started = time.perf_counter()
-        fn = stage.fn_class(*(stage.args if stage.driver_args is None else stage.driver_args))
+        fn = stage.build_in_driver()
         self._local.worker_starts += 1
         built = time.perf_counter() - started  # a model load, paid once: not part of the rate
         spent = 0.0  # in the batch function only, not in the caller's commits

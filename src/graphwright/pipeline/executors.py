@@ -33,6 +33,10 @@ class BatchStage:
     weight: str | None = None  # a text column whose length says how much work a row is (rows sorted by length)
     driver_threads: int = 1  # the cores the function keeps busy when built in the driver (torch: all of them)
 
+    def build_in_driver(self):
+        """The batch function as the driver process builds it (with `driver_args` where given)."""
+        return self.fn_class(*(self.args if self.driver_args is None else self.driver_args))
+
     def executor_gains(self) -> bool:
         """For a function that keeps several cores busy in the driver: whether the actors, between
         them, run more threads. If not, handing over only adds Ray's start and a build per actor
@@ -79,7 +83,7 @@ class LocalExecutor:
         if not table.num_rows:
             return
         # in-process the function has the driver's cores to itself, as when Run inlines a stage
-        fn = stage.fn_class(*(stage.args if stage.driver_args is None else stage.driver_args))
+        fn = stage.build_in_driver()
         self.worker_starts += 1
         for offset in range(0, table.num_rows, stage.batch_size):
             yield fn(table.slice(offset, stage.batch_size))
