@@ -87,6 +87,7 @@ def collect(ctx, ledger: BatchLedger, provider, batch_id: str, check: Check | No
         ledger.record(batch_id, ctx.run_id, state="collected", provider_status=info.status, output_file_id=info.output_file_id,
                       error_file_id=info.error_file_id, completed=answered, failed=len(members) - answered,
                       prompt_tokens=prompt, completion_tokens=completion, error=info.errors)
+        ctx.count_tokens(prompt, completion)  # here, where the batch became collected: once, by its collector
         ctx.log(f"llm: batch {batch_id} {info.status}: {answered} of {len(members)} answered, {len(stored)} stored"
                 + (f", {skipped} unreadable result lines skipped" if skipped else ""))
         return Collected(outcomes, stored, prompt, completion, info.status, info.errors)

@@ -125,12 +125,9 @@ class BatchEngine:
             if row["state"] != "submitted" or not self._reachable(row):
                 continue
             try:
-                result = collect(self.ctx, self.ledger, self.provider, batch_id)
+                collect(self.ctx, self.ledger, self.provider, batch_id)
             except ProviderError as exc:
                 self.ctx.log(f"llm: batch {batch_id}: {exc}; the next run looks again")
-                continue
-            if result is not None and result.outcomes:  # none: another collector had collected it
-                self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
 
     def _reachable(self, row: dict) -> bool:
         """Whether a batch was sent where this engine sends (a batch sent to another endpoint
@@ -159,8 +156,6 @@ class BatchEngine:
             return
         if result is None:
             return
-        if result.outcomes:  # none: another collector had collected it, and counted its tokens
-            self.ctx.count_tokens(result.prompt_tokens, result.completion_tokens)
         # failed for the provider's enqueued-token limit, sent while other batches ran: sent again, not counted
         crowded = result.status == "failed" and "token_limit_exceeded" in (result.errors or "") and any(
             self._reachable(self.ledger.rows[b]) for b in self.ledger.others_running_at(batch_id))
