@@ -381,3 +381,34 @@ def test_lazy_queries_cost_report_rows_with_the_counts_the_index_run_left(server
     assert IndexStore(index).count("lazy_reports") > 0 and result["evidence"]
     assert tokenized == []
 
+
+
+def _report_details(store: IndexStore, summary: dict) -> dict:
+    rows = store.read("stage_metrics", where=f"run_id = '{summary['run_id']}' AND stage = 'report'").to_pylist()
+    return json.loads(rows[0]["details"])
+
+
+def test_an_update_plans_only_the_communities_whose_inputs_changed(server, corpus, tmp_path):
+    """An LLM update plans the communities whose rows or members' rows changed (and their
+    ancestors), found from the Delta log, not every community; the reports it leaves are those a
+    full planning of the same state gives."""
+    cfg = config(server)
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    edit_river(corpus)
+    (corpus / "festival.md").unlink()
+    again = run([corpus], index, cfg)
+    assert again["recomputed"]["reports_built"] > 0
+    full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
+    planned = _report_details(store, again)["reports_planned"]
+    assert 0 < planned < len(full)
+    reports = store.read("community_reports").to_pylist()
+    assert {r["community_id"]: r["input_hash"] for r in reports} == {c: p.input_hash for c, p in full.items()}
+    assert all(r["generator"].startswith("llm:") for r in reports)
+    # a rerun after a deletion alone, and a no-op, keep agreeing
+    (corpus / "council.txt").unlink()
+    run([corpus], index, cfg)
+    full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
+    assert {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()} == \
+        {c: p.input_hash for c, p in full.items()}

@@ -20,15 +20,25 @@ class StageMemo:
     def _versions(self, names: tuple[str, ...]) -> dict[str, int | None]:
         return {name: self.store.version(name) for name in names}
 
-    def unchanged(self) -> dict | None:
-        """What the stage returned last time, if its tables are at the versions it left them."""
+    def _note(self) -> dict | None:
         try:
             note = json.loads(self.store.files.read_bytes(self.path))
         except Exception:  # noqa: BLE001 - no note (first run, or written by an older version)
             return None
-        if note.get("key") != self.key or note.get("reads") != self.seen or note.get("writes") != self._versions(self.writes):
+        return note if note.get("key") == self.key else None
+
+    def unchanged(self) -> dict | None:
+        """What the stage returned last time, if its tables are at the versions it left them."""
+        note = self._note()
+        if note is None or note.get("reads") != self.seen or note.get("writes") != self._versions(self.writes):
             return None
         return note.get("result", {})
+
+    def last_reads(self) -> dict[str, int | None] | None:
+        """The versions of its tables the last recorded run with these settings read, from which
+        a stage can bring its output up to date by the changes since; None without one."""
+        note = self._note()
+        return note.get("reads") if note is not None else None
 
     def record(self, result: dict | None = None) -> None:
         note = {"key": self.key, "reads": self.seen, "writes": self._versions(self.writes), "result": result or {}}

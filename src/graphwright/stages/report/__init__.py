@@ -18,6 +18,7 @@ from graphwright.stages.report.llm_reports import (
     to_table,
 )
 from graphwright.stages.report.row_tokens import RowTokens
+from graphwright.stages.report.stale import stale_communities
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.memo import StageMemo
@@ -53,10 +54,16 @@ def execute(run, m: dict) -> dict:
         return stats
     communities = _communities_without_chunk_lists(store)
     known = RowTokens.load(store.files)  # an update tokenizes only the rows whose text is new
-    llm_reports = LLMReports(store, cfg, run.config.llm, communities.to_pylist(), engine=run.llm.engine, known=known)
-    known.save(store.files)
-    m["row_tokens_counted"] = known.counted
     gen = generator_of(run.config.llm)
+    to_plan, fixed, untouched = communities.to_pylist(), {}, []
+    if cfg.mode == "llm":  # an update plans the communities whose inputs changed, and their ancestors
+        stale = stale_communities(store, memo.last_reads(), communities, previous, gen, cfg.min_size)
+        if stale is not None:
+            to_plan, fixed, untouched = _fixed_plans(to_plan, stale, previous, gen)
+    m["reports_planned"] = len(to_plan) - len(fixed)
+    llm_reports = LLMReports(store, cfg, run.config.llm, to_plan, engine=run.llm.engine, known=known, fixed=fixed)
+    known.save(store.files, keep=bool(fixed or untouched))
+    m["row_tokens_counted"] = known.counted
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
     if cfg.mode == "lazy":
         # nothing is written now. The reports queries wrote whose community still has the same
@@ -70,6 +77,8 @@ def execute(run, m: dict) -> dict:
         m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
         return stats
     rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous.to_pylist()})
+    rows |= {r["community_id"]: r for r in untouched if r["community_id"] not in rows}
+    stats["reused"] += len(untouched)
     run.record_llm_calls("report", pa.Table.from_pylist(calls))
     attempted = stats["built"] + stats["failed"]
     if stats["failed"]:
@@ -87,6 +96,20 @@ def execute(run, m: dict) -> dict:
     if not stats["failed"]:  # a fallen-back report is retried by the next run
         memo.record({k: stats[k] for k in ("built", "reused", "failed") if k in stats})
     return stats
+
+
+def _fixed_plans(communities: list[dict], stale: set[str], previous: pa.Table,
+                 gen: str) -> tuple[list[dict], dict[str, str], list[dict]]:
+    """(the communities planning needs: the stale ones and the children they may use; {id: input
+    hash} of those children that are not stale, whose reports are reused unplanned; the previous
+    report rows of the other communities that are not stale, kept as they are)."""
+    needed = stale | {k for c in communities if c["community_id"] in stale for k in c["children_ids"]}
+    kept = [c for c in communities if c["community_id"] in needed]
+    current = {c["community_id"] for c in communities}
+    reusable = {r["community_id"]: r for r in previous.to_pylist()
+                if r["generator"] == gen and r["community_id"] in current and r["community_id"] not in stale}
+    fixed = {c["community_id"]: reusable[c["community_id"]]["input_hash"] for c in kept if c["community_id"] in reusable}
+    return kept, fixed, [r for cid, r in reusable.items() if cid not in fixed]
 
 
 def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:

@@ -128,13 +128,17 @@ class _Costs:
 
 
 def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Callable[[set[str]], dict[str, str]], config,
-                 model: str, known: RowTokens | None = None) -> dict[str, Plan]:
+                 model: str, known: RowTokens | None = None, fixed: dict[str, str] | None = None) -> dict[str, Plan]:
     """A plan per community of at least `min_size` entities among `communities` (which must
-    include the descendants of every community to plan). `ent`/`rel` need name, type (entities),
-    source, target (relationships), description, degree / weight and chunk_ids; a community
-    needs its `n_chunks` (or `chunk_ids`). `chunk_text(ids)` reads the texts of the candidate
-    text units, asked once for those of every community that can take some. `known`: token
-    counts of row texts from earlier runs (row_tokens); the plans are the same without it."""
+    include the children of every community to plan, and their descendants unless `fixed`).
+    `ent`/`rel` need name, type (entities), source, target (relationships), description, degree
+    / weight and chunk_ids; a community needs its `n_chunks` (or `chunk_ids`). `chunk_text(ids)`
+    reads the texts of the candidate text units, asked once for those of every community that
+    can take some. `known`: token counts of row texts from earlier runs (row_tokens); the plans
+    are the same without it. `fixed`: {community id: input hash} of communities whose inputs did
+    not change (report.stale), given a plan that only names that hash: their reports are reused
+    as they are, and neither their rows nor their descendants are needed."""
+    fixed = fixed or {}
     eligible = {c["community_id"]: c for c in communities if c["size"] >= config.min_size}
     e_text, r_text = {}, {}
 
@@ -149,14 +153,18 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     order = sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"]))
     rows: dict[str, tuple] = {}  # what each plan lists: (entities, relationships, children, room for text units)
     for c in order:  # deepest first: a parent's children are planned before it
-        rows[c["community_id"]] = _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
+        cid = c["community_id"]
+        rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
     wanted = {cid: candidate_chunks(eligible[cid], ent, rel, config.context_chunks)
-              for cid, (_, _, children, room) in rows.items() if not children and room > 0}
+              for cid, planned in rows.items() if planned is not None and not planned[2] and planned[3] > 0}
     c_text = {c: _clean(t) for c, t in chunk_text({ch for chunks in wanted.values() for ch in chunks}).items()}
     c_cost = dict(zip(c_text, (n + 2 for n in count(list(c_text.values())))))
     gen = generator(model)
     plans: dict[str, Plan] = {}
     for c in order:
+        if c["community_id"] in fixed:
+            plans[c["community_id"]] = Plan(c["community_id"], c["level"], fixed[c["community_id"]], [], [], [], [], rating=0.0)
+            continue
         keep_e, keep_r, children, room = rows[c["community_id"]]
         chunks: list[str] = []
         for ch in wanted.get(c["community_id"], ()):

@@ -41,10 +41,12 @@ class LLMReports:
     (a published version's table versions; the current ones by default)."""
 
     def __init__(self, store: IndexStore, config: ReportConfig, llm, communities: list[dict], pins: dict[str, int] | None = None,
-                 engine: Callable[[], object] | None = None, known: RowTokens | None = None):
+                 engine: Callable[[], object] | None = None, known: RowTokens | None = None,
+                 fixed: dict[str, str] | None = None):
         """`engine`: the engine to write with, started on the first request the cache cannot
         answer (the run's session; by default this process's query session). `known`: row
-        token counts of earlier runs (row_tokens)."""
+        token counts of earlier runs (row_tokens). `fixed`: {community id: input hash} of
+        communities whose reports are reused unplanned (llm.plan_reports)."""
         from graphwright.stages.report.llm import plan_reports
 
         self.store, self.config, self.llm = store, config, llm
@@ -54,15 +56,17 @@ class LLMReports:
         def rows(name: str, column: str, values, columns: list[str]) -> list[dict]:  # one scan for many keys
             return store.rows_in(name, column, values, columns, version=pins.get(name)).to_pylist()
 
-        members = {e for c in communities for e in c["entity_ids"]}  # children's members are their parent's
+        fixed = fixed or {}
+        planned = [c for c in communities if c["community_id"] not in fixed]
+        members = {e for c in planned for e in c["entity_ids"]}  # children's members are their parent's
         self.ent = {r["entity_id"]: r for r in rows("entities", "entity_id", members, ENTITY_COLUMNS)}
         self.rel = {r["relationship_id"]: r for r in rows(
-            "relationships", "relationship_id", {r for c in communities for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
+            "relationships", "relationship_id", {r for c in planned for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
         def chunk_text(wanted: set[str]) -> dict[str, str]:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
 
         self.communities = {c["community_id"]: c for c in communities}
-        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known)
+        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed)
         self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:

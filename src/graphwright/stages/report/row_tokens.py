@@ -5,7 +5,8 @@ row that can fit a context: at 145k chunks that was 9.8 of the stage's 21 s, the
 night.
 
 A row is known by a 64-bit digest of its text; the file holds the digests sorted, with their
-counts, for the rows the last planning asked about (so it never outgrows the index). It is put
+counts, for the rows the last full planning asked about (so it does not outgrow the index),
+and those an update's planning of the changed communities added since. It is put
 in one atomic write after planning, and only when a count was added: a run killed before that
 leaves the previous file, which is still right for every row it holds. The tokenizer's package
 versions are in the file's metadata; a file written with others is ignored."""
@@ -76,12 +77,16 @@ class RowTokens:
         self.asked.update(zip(keys.tolist(), result))
         return result
 
-    def save(self, files) -> bool:
-        """Put the counts of the rows asked for this run, if any was counted now."""
+    def save(self, files, keep: bool = False) -> bool:
+        """Put the counts of the rows asked for this run, if any was counted now; with `keep`
+        (a planning that looked at some communities only), those of the file's other rows too."""
         if not self.counted:
             return False
         keys = np.fromiter(self.asked.keys(), np.uint64, len(self.asked))
         counts = np.fromiter(self.asked.values(), np.int32, len(self.asked))
+        if keep and len(self.keys):
+            old = ~np.isin(self.keys, keys)
+            keys, counts = np.concatenate([keys, self.keys[old]]), np.concatenate([counts, self.counts[old]])
         order = np.argsort(keys)
         table = pa.table({"digest": keys[order], "tokens": counts[order]}).replace_schema_metadata(
             {"tokenizer": _tokenizer_version()})
