@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,3 +124,11 @@ def mentions_table(rows) -> pa.Table:
 def assertions_table(rows) -> pa.Table:
     """Resolve's assertion input from (source, target, description, weight, chunk_id, doc_id) tuples."""
     return pa.Table.from_pylist([dict(zip([n for n, _ in ASSERTION_FIELDS], r)) for r in rows], schema=pa.schema(ASSERTION_FIELDS))
+
+
+def run_stage_details(index: Path, summary: dict) -> dict[str, dict]:
+    """{stage: its stage_metrics details} of the run `summary` describes."""
+    from graphwright.storage.delta import IndexStore
+
+    rows = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}'").to_pylist()
+    return {r["stage"]: json.loads(r["details"]) for r in rows}

@@ -8,7 +8,7 @@ import shutil
 
 import pyarrow as pa
 import pytest
-from _helpers import CORPUS, assert_valid, make_config, run
+from _helpers import CORPUS, assert_valid, make_config, run, run_stage_details
 from fake_openai import FakeOpenAI
 
 from graphwright.pipeline.errors import TooManyFailures
@@ -382,12 +382,6 @@ def test_lazy_queries_cost_report_rows_with_the_counts_the_index_run_left(server
     assert tokenized == []
 
 
-
-def _report_details(store: IndexStore, summary: dict) -> dict:
-    rows = store.read("stage_metrics", where=f"run_id = '{summary['run_id']}' AND stage = 'report'").to_pylist()
-    return json.loads(rows[0]["details"])
-
-
 def test_an_update_plans_only_the_communities_whose_inputs_changed(server, corpus, tmp_path):
     """An LLM update plans the communities whose rows or members' rows changed (and their
     ancestors), found from the Delta log, not every community; the reports it leaves are those a
@@ -401,12 +395,12 @@ def test_an_update_plans_only_the_communities_whose_inputs_changed(server, corpu
     again = run([corpus], index, cfg)
     assert again["recomputed"]["reports_built"] > 0
     full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
-    planned = _report_details(store, again)["reports_planned"]
+    planned = run_stage_details(index, again)["report"]["reports_planned"]
     assert 0 < planned < len(full)
     reports = store.read("community_reports").to_pylist()
     assert {r["community_id"]: r["input_hash"] for r in reports} == {c: p.input_hash for c, p in full.items()}
     assert all(r["generator"].startswith("llm:") for r in reports)
-    # a rerun after a deletion alone, and a no-op, keep agreeing
+    # and after a deletion alone
     (corpus / "council.txt").unlink()
     run([corpus], index, cfg)
     full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans

@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from _helpers import run_stage_details
+
 from graphwright.config import load_config
 from graphwright.pipeline.runner import run_index
 from graphwright.stages import resolve as resolve_stage
@@ -42,8 +44,7 @@ def _rows(index: Path, table: str) -> list:
 
 
 def _resolve_details(index: Path, summary: dict) -> dict:
-    row = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}' AND stage = 'resolve'").to_pylist()[0]
-    return json.loads(row["details"])
+    return run_stage_details(index, summary)["resolve"]
 
 
 def _index(src: Path, index: Path, docs: dict[str, str]) -> dict:

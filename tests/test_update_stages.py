@@ -4,8 +4,9 @@ counts rows from the Delta log."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from _helpers import run_stage_details as _details
 
 from graphwright.config import load_config
 from graphwright.pipeline.runner import run_index
@@ -23,11 +24,6 @@ def _index(src: Path, index: Path, docs: dict[str, str]) -> dict:
     for name, text in docs.items():
         (src / f"{name}.txt").write_text(text)
     return run_index([str(src)], index, CONFIG, show_progress=False, log=lambda m: None)
-
-
-def _details(index: Path, summary: dict) -> dict:
-    rows = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}'").to_pylist()
-    return {r["stage"]: json.loads(r["details"]) for r in rows}
 
 
 def test_stages_skip_when_nothing_they_read_moved_and_run_when_it_did(tmp_path):

@@ -56,10 +56,11 @@ def execute(run, m: dict) -> dict:
     known = RowTokens.load(store.files)  # an update tokenizes only the rows whose text is new
     gen = generator_of(run.config.llm)
     to_plan, fixed, untouched = communities.to_pylist(), {}, []
+    previous_rows = previous.to_pylist() if cfg.mode == "llm" else []  # what an LLM run reuses by input hash
     if cfg.mode == "llm":  # an update plans the communities whose inputs changed, and their ancestors
         stale = stale_communities(store, memo.last_reads(), communities, previous, gen, cfg.min_size)
         if stale is not None:
-            to_plan, fixed, untouched = _fixed_plans(to_plan, stale, previous, gen)
+            to_plan, fixed, untouched = _fixed_plans(to_plan, stale, previous_rows, gen)
     m["reports_planned"] = len(to_plan) - len(fixed)
     llm_reports = LLMReports(store, cfg, run.config.llm, to_plan, engine=run.llm.engine, known=known, fixed=fixed)
     known.save(store.files, keep=bool(fixed or untouched))
@@ -76,7 +77,7 @@ def execute(run, m: dict) -> dict:
                  "planned": len(current), "written": written}
         m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
         return stats
-    rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous.to_pylist()})
+    rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous_rows})
     rows |= {r["community_id"]: r for r in untouched if r["community_id"] not in rows}
     stats["reused"] += len(untouched)
     run.record_llm_calls("report", pa.Table.from_pylist(calls))
@@ -98,7 +99,7 @@ def execute(run, m: dict) -> dict:
     return stats
 
 
-def _fixed_plans(communities: list[dict], stale: set[str], previous: pa.Table,
+def _fixed_plans(communities: list[dict], stale: set[str], previous: list[dict],
                  gen: str) -> tuple[list[dict], dict[str, str], list[dict]]:
     """(the communities planning needs: the stale ones and the children they may use; {id: input
     hash} of those children that are not stale, whose reports are reused unplanned; the previous
@@ -106,7 +107,7 @@ def _fixed_plans(communities: list[dict], stale: set[str], previous: pa.Table,
     needed = stale | {k for c in communities if c["community_id"] in stale for k in c["children_ids"]}
     kept = [c for c in communities if c["community_id"] in needed]
     current = {c["community_id"] for c in communities}
-    reusable = {r["community_id"]: r for r in previous.to_pylist()
+    reusable = {r["community_id"]: r for r in previous
                 if r["generator"] == gen and r["community_id"] in current and r["community_id"] not in stale}
     fixed = {c["community_id"]: reusable[c["community_id"]]["input_hash"] for c in kept if c["community_id"] in reusable}
     return kept, fixed, [r for cid, r in reusable.items() if cid not in fixed]
