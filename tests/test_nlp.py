@@ -53,6 +53,23 @@ def test_entity_types_from_cues(text, surface, etype):
     assert (surface, etype) in names(text)
 
 
+def test_a_double_hyphen_is_a_dash_that_ends_a_name():
+    # plain-text books (Project Gutenberg) write an em-dash as two hyphens
+    text = "We reached Cornwall--all the coast was ours. Then Mr. Grey--not Arthur--spoke of the Rolls-Royce."
+    surfaces = [s for s, _ in names(text)]
+    assert "Cornwall" in surfaces and "Mr. Grey" in surfaces and "Arthur" in surfaces and "Rolls-Royce" in surfaces
+    assert not [s for s in surfaces if "--" in s]
+
+
+def test_a_stop_word_with_a_contraction_is_not_a_name():
+    text = ("Then Brice laughed, and I'll tell you what I'm going to do, THAT'll show Ye'll see. "
+            "Miss Trotter said she Don't know; I've seen Arthur's boat and O'Brien's, Can't you?")
+    surfaces = [s for s, _ in names(text)]
+    assert not {"I'll", "I'm", "THAT'll", "Ye'll", "Don't", "I've", "Can't"} & set(surfaces)
+    assert {"Brice", "Miss Trotter", "Arthur", "O'Brien"} <= set(surfaces)
+    assert "I'll Be Here Awhile" in [s for s, _ in names("The band released I'll Be Here Awhile in 1970.")]  # a title
+
+
 def test_sentence_initial_common_words_are_not_entities():
     text = "However, the rain came. Rain fell on the town. Later the boats returned. The harbor was quiet."
     assert names(text) == []

@@ -24,10 +24,12 @@ from graphwright.text.names import (
 )
 from graphwright.text.sentences import split_sentences
 
-RULES_VERSION = 4
+RULES_VERSION = 5
 
 _CONNECTORS = r"(?:of|of the|de|da|del|della|di|van|von|der|den|du|la|le|al|bin|ibn)"
-_WORD = r"(?:[A-Z][\w'’\-]*[\w]|[A-Z])"
+# a hyphen joins a word's parts ("Rolls-Royce"); two are a dash in plain-text books ("Cornwall--all
+# the coast"), which ends the name
+_WORD = r"(?:[A-Z](?:[\w'’]|-(?!-))*[\w]|[A-Z])"
 _HONORIFIC = r"(?:Mr|Mrs|Ms|Dr|St|Prof|Rev|Capt|Gen|Col|Sgt|Gov|Sen|Mt|Ft)\.?"
 _NAME = re.compile(
     rf"(?<![\w'’])(?:{_HONORIFIC}\s+)?{_WORD}(?:\.(?=\s+[A-Z]))?(?:\s+(?:{_CONNECTORS}\s+)?{_WORD}(?:\.(?=\s+[A-Z]))?)*"
@@ -94,6 +96,16 @@ def _entity_type(surface: str, before: str, after: str) -> str:
     return "ENTITY"
 
 
+# "I'll", "THAT'll", "Don't": a stop word with a contraction is no more a name than the word alone
+_CONTRACTION = re.compile(r"^(\w+?)(?:n['’]t|['’](?:ll|m|ve|re|d|s))$", re.IGNORECASE)
+_CONTRACTED_ONLY = {"ye", "ca", "wo", "sha"}  # ye'll, can't, won't, shan't
+
+
+def _contracted_stopword(word: str) -> bool:
+    m = _CONTRACTION.match(word)
+    return bool(m) and (m.group(1).casefold() in _NOT_NAMES or m.group(1).casefold() in _CONTRACTED_ONLY)
+
+
 def _trim_leading_stopwords(surface: str) -> str:
     words = surface.split()
     while words and words[0].casefold().strip(".") in _NOT_NAMES:
@@ -126,6 +138,8 @@ def find_names(text: str) -> list[dict]:
             raw = " ".join(raw.split())  # a name wrapped across lines is still one name
             surface = strip_possessive(_trim_leading_stopwords(raw) if at_start else raw)
             words = surface.split()
+            if len(words) == 1 and _contracted_stopword(surface):
+                continue  # a title may open with one ("I'll Be Here Awhile"), so only a word alone goes
             if (at_start and len(words) > 1 and words[0].casefold() in lowercase_words and words[0] not in mid_sentence_caps
                     and not has_honorific(surface)):
                 # 'Tell Dr. Brandt': the text uses 'tell' as a word and never capitalizes it mid-sentence
