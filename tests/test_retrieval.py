@@ -11,7 +11,7 @@ from _helpers import make_config
 from fake_openai import FakeOpenAI
 
 from graphwright.query import query
-from graphwright.query.fusion import reciprocal_rank_fusion
+from graphwright.query.fusion import convex_fusion, reciprocal_rank_fusion
 from graphwright.query.ircot import first_sentence
 from graphwright.query.ppr import personalized_pagerank
 from graphwright.query.searcher import Searcher
@@ -65,6 +65,32 @@ def test_reciprocal_rank_fusion_sums_weighted_reciprocal_ranks():
     assert fused["b"] == pytest.approx(1 / 62)
     assert [x for x, _ in reciprocal_rank_fusion([["a", "b"], ["b", "a"]])] == ["a", "b"]  # ties by id
     assert reciprocal_rank_fusion([["a"], ["b"]], [1.0, 0.0]) == [("a", pytest.approx(1 / 61))]
+
+
+def test_convex_fusion_weighs_each_lists_normalised_scores():
+    dense = [("a", 0.9), ("b", 0.8), ("c", 0.5)]
+    bm25 = [("c", 12.0), ("d", 4.0), ("a", 2.0)]
+    fused = dict(convex_fusion([dense, bm25], [1.0, 1.0]))
+    # dense: a 1, b 0.75, c 0; bm25: c 1, d 0.2, a 0; each list half the weight
+    assert fused == pytest.approx({"a": 0.5, "b": 0.375, "c": 0.5, "d": 0.1})
+    assert [x for x, _ in convex_fusion([dense, bm25])][:2] == ["a", "c"]  # ties by id
+    assert dict(convex_fusion([dense, bm25], [3.0, 1.0]))["b"] == pytest.approx(0.75 * 0.75)
+    assert convex_fusion([dense, bm25], [1.0, 0.0])[0] == ("a", pytest.approx(1.0))
+    # an id listed twice keeps its best score; one score normalises to 1; an empty list still weighs
+    assert convex_fusion([[("x", 2.0), ("x", 1.0)], []]) == [("x", pytest.approx(0.5))]
+
+
+def test_the_convex_fusion_method_ranks_by_scores_not_ranks(indexed):
+    searcher = Searcher(str(indexed.index))
+    question = "Where does the Greywater River rise?"
+    q = searcher.encode(question)
+    by_rank = [e["chunk_id"] for e in searcher.search(question, "fusion", 8)["evidence"]]
+    base = searcher.config
+    searcher.config = base.model_copy(update={"query": base.query.model_copy(update={"fusion_method": "convex"})})
+    by_score = [e["chunk_id"] for e in searcher.search(question, "fusion", 8)["evidence"]]
+    expected = convex_fusion([searcher.nearest("chunk", q, 50), searcher.lexical_search("chunk", question, 50)])
+    assert by_score == [c for c, _ in expected][:8]
+    assert by_score != by_rank  # the two methods order this question's chunks differently
 
 
 def test_fusion_finds_what_bm25_finds_and_what_vectors_find(indexed):

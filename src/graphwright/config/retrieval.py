@@ -48,6 +48,8 @@ class QueryConfig(_Section):
     fusion_candidates: int = Field(50, ge=1)
     fusion_dense_weight: float = Field(1.0, ge=0)  # a list's weight in the fusion (0 leaves it out)
     fusion_lexical_weight: float = Field(1.0, ge=0)
+    # rrf: by rank; convex: the weighted mean of each list's min-max normalised scores
+    fusion_method: Literal["rrf", "convex"] = "rrf"
     # graph: personalized PageRank over the passage graph (query/graph.py, query/graph_seeds.py)
     graph_passage_candidates: int = Field(100, ge=1)  # fused chunks seeded as passages
     graph_passage_weight: float = Field(0.05, ge=0)  # x a passage's min-max normalised fused score (HippoRAG 2)
