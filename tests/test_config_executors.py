@@ -142,6 +142,20 @@ def test_the_embed_stage_counts_torch_threads_in_the_driver():
     assert _driver_threads(EmbedConfig(engine="sentence-transformers")) == len(os.sched_getaffinity(0))
 
 
+def test_the_driver_counts_the_cores_it_may_run_on_not_the_hosts(monkeypatch):
+    """A container or `taskset` pins the process to fewer cores than the host has: the Leiden
+    pool, the lexical index writers and the embedder size themselves by the pinned ones."""
+    from graphwright.config import EmbedConfig, ExecutionConfig
+    from graphwright.stages.embed import _driver_threads
+    from graphwright.util.cores import driver_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert driver_cores(ExecutionConfig()) == 1
+    assert driver_cores(ExecutionConfig(driver_processes=3)) == 3
+    assert _driver_threads(EmbedConfig(engine="sentence-transformers")) == 1
+
+
 class _Clock:
     now = 0.0
 

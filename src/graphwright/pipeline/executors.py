@@ -17,6 +17,11 @@ import pyarrow.compute as pc
 from graphwright.config import ExecutionConfig
 
 
+def actor_threads(num_cpus: float) -> int:
+    """The threads a multi-threaded batch function (torch) runs in an actor of `num_cpus` CPUs."""
+    return max(1, int(num_cpus))
+
+
 @dataclass(frozen=True)
 class BatchStage:
     """A per-row stage: `fn_class(*args)` is built once per worker, then called on batches."""
@@ -42,7 +47,7 @@ class BatchStage:
         them, run more threads. If not, handing over only adds Ray's start and a build per actor
         (a model load each): the sample's embeddings took 40 s through two actors, 22 s in the
         driver. A single-threaded function gains from any actor (the driver commits meanwhile)."""
-        return self.driver_threads <= 1 or self.actors * max(1, int(self.num_cpus)) > self.driver_threads
+        return self.driver_threads <= 1 or self.actors * actor_threads(self.num_cpus) > self.driver_threads
 
 
 WORKER_CPU_COLUMN = "__worker_cpu_s"

@@ -16,11 +16,9 @@ CHECKPOINT_EVERY = 10  # commits after the newest checkpoint that make one due
 def commits_since_checkpoint(store: IndexStore, name: str) -> tuple[int, int] | None:
     """(the table's latest version, how many commits come after its newest checkpoint), from one
     listing of its log; None if the table has no log."""
-    entries = health.log_entries(store.table_files(name))
-    commits = [int(m.group(1)) for n in entries if (m := health.COMMIT.match(n))]
+    commits, checkpoints = health.log_versions(health.log_entries(store.table_files(name)))
     if not commits:
         return None
-    checkpoints = [int(m.group(1)) for n in entries if (m := health.CHECKPOINT.match(n))]
     latest = max(commits)
     return latest, latest - (max(checkpoints) if checkpoints else -1)
 

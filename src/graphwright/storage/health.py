@@ -58,15 +58,21 @@ def log_entries(table_store) -> dict[str, int]:
     return {meta["path"].rsplit("/", 1)[-1]: meta["size"] for batch in obstore.list(table_store, f"{LOG}/") for meta in batch}
 
 
+def log_versions(entries: dict[str, int]) -> tuple[dict[int, int], list[int]]:
+    """({commit version: file size}, checkpoint versions) of a table's log listing."""
+    commits = {int(m.group(1)): size for name, size in entries.items() if (m := COMMIT.match(name))}
+    return commits, [int(m.group(1)) for name in entries if (m := CHECKPOINT.match(name))]
+
+
 def log_problems(entries: dict[str, int], version: int | None, read=None) -> list[tuple[int, str]]:
     """(commit version, what is wrong) for the commits a reader of `version` (None: the latest)
     replays: those after the newest checkpoint at or before it. `read(name) -> bytes` also parses
     each commit (without it only presence and emptiness are checked)."""
-    commits = {int(m.group(1)): size for name, size in entries.items() if (m := COMMIT.match(name))}
+    commits, checkpoints = log_versions(entries)
     if not commits:
         return []
     version = max(commits) if version is None else version
-    checkpoints = [int(m.group(1)) for name in entries if (m := CHECKPOINT.match(name)) and int(m.group(1)) <= version]
+    checkpoints = [v for v in checkpoints if v <= version]
     first = max(checkpoints) + 1 if checkpoints else 0
     problems = []
     for v in range(first, version + 1):

@@ -9,10 +9,10 @@ PyPI (`graphwright.engines.llm.gguf`). JSON-schema output uses llama.cpp's gramm
 
 from __future__ import annotations
 
-import os
 import time
 
 from graphwright.engines.llm.interface import LLMRequest, LLMResponse
+from graphwright.util.cores import usable_cores
 
 
 class LlamaCppEngine:
@@ -26,7 +26,7 @@ class LlamaCppEngine:
         self.config = config
         self.path = resolve_model(config.model)
         self.model = config.model
-        self.llm = Llama(model_path=str(self.path), n_ctx=config.n_ctx, n_threads=os.cpu_count() or 2, verbose=False, seed=0)
+        self.llm = Llama(model_path=str(self.path), n_ctx=config.n_ctx, n_threads=usable_cores(), verbose=False, seed=0)
 
     @property
     def name(self) -> str:

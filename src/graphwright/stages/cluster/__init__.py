@@ -4,8 +4,6 @@ levels are split in a pool of execution.driver_processes processes."""
 
 from __future__ import annotations
 
-import os
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,6 +14,7 @@ from graphwright.stages.cluster.incremental import graph_digest, graph_sum
 from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, save_state
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage.memo import StageMemo
+from graphwright.util.cores import driver_cores
 
 
 def execute(run, m: dict) -> dict:
@@ -35,7 +34,7 @@ def execute(run, m: dict) -> dict:
 def _cluster(run, m: dict) -> dict:
     store, cfg = run.store, run.config.cluster
     usage = {"worker_cpu_s": 0.0}
-    workers = run.config.execution.driver_processes or os.cpu_count() or 1
+    workers = driver_cores(run.config.execution)
     engine = make_engine(cfg.engine)
     graph = current_graph(store)
     entity_ids, edges, weights, relationships = graph

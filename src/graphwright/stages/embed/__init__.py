@@ -5,21 +5,20 @@ index (vector_files) and the lexical indexes, synonym edges and passage graph (s
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.engines.embed import EmbedBatch, model_name
-from graphwright.pipeline.executors import BatchStage, pool_of
+from graphwright.pipeline.executors import BatchStage, actor_threads, pool_of
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.embed.search_files import write_search_files
 from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
 from graphwright.storage.memo import StageMemo
+from graphwright.util.cores import usable_cores
 
 ENTITY_TEXT_CHARS = 600
 
@@ -106,7 +105,7 @@ def _embedded(run, todo: pa.Table):
     cfg = run.config
     if cfg.embed.engine != "vllm":
         # an actor's torch threads are capped to its CPUs; the driver, running batches alone, uses all of its cores
-        stage = BatchStage("embed", EmbedBatch, (cfg.embed, max(1, int(cfg.execution.actor_num_cpus))), batch_size=cfg.embed.batch_size,
+        stage = BatchStage("embed", EmbedBatch, (cfg.embed, actor_threads(cfg.execution.actor_num_cpus)), batch_size=cfg.embed.batch_size,
                            num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors,
                            driver_args=(cfg.embed, None), weight="text", driver_threads=_driver_threads(cfg.embed))
         yield from run.map_batches("embed", todo, stage)
@@ -127,7 +126,7 @@ def _driver_threads(embed) -> int:
     """The cores the embedder keeps busy in the driver: torch's threads, one per core; the others one."""
     if embed.engine != "sentence-transformers":
         return 1
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def _embedding_inputs(store: IndexStore, embed) -> dict[str, pa.Table]:

@@ -18,7 +18,6 @@ its evidence by id without scanning a Delta table.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 from collections.abc import Iterator
 
@@ -32,6 +31,7 @@ from graphwright.storage.changes import changes_since
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import as_text, key_column
 from graphwright.storage.health import StorageError
+from graphwright.util.cores import driver_cores
 
 KINDS = ("chunk", "entity", "relationship", "report")
 LIST_ITEMS = 10  # ids kept in a stored row's chunk_ids / doc_ids (what the query modes return)
@@ -59,7 +59,7 @@ def write_lexical_indexes(store: IndexStore, cfg, stats: dict | None = None) -> 
         published = manifest.load_manifest(store)["vector_indexes"]
     except manifest.NoPublishedVersion:
         published = {}
-    threads = min(4, cfg.execution.driver_processes or os.cpu_count() or 1)
+    threads = min(4, driver_cores(cfg.execution))
     stats = {} if stats is None else stats
     return {manifest_key(kind): write_kind(store, kind, published.get(manifest_key(kind)), threads, stats.setdefault(kind, {}))
             for kind in KINDS}
