@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from _helpers import CORPUS, make_config, run
 
 from graphwright.storage.checkpoints import CHECKPOINT_EVERY, checkpoint_due, commits_since_checkpoint
@@ -75,3 +76,60 @@ def test_delta_rs_own_checkpoints_delete_no_commit_a_version_needs(tmp_path):
     for n in range(3, 9):
         store.append("runs", _runs_row(n))
     assert store.read("runs", version=pinned).num_rows == 2
+
+
+def test_trimming_a_log_keeps_every_version_from_the_checkpoint_below_the_oldest_needed(tmp_path):
+    from graphwright.storage.health import StorageError, log_entries
+    from graphwright.storage.log_retention import trim_log
+
+    store = IndexStore(tmp_path / "index")
+    checkpoints = []
+    for n in range(25):
+        store.upsert("runs", _runs_row(n))  # version n + 1 holds n + 1 rows (version 0 made the table)
+        if n in (9, 19):
+            store.ensure("runs").create_checkpoint()
+            checkpoints.append(store.version("runs"))
+    assert checkpoints == [10, 20]
+    assert trim_log(store, "runs", 9) == 0  # no checkpoint at or below it: nothing goes
+    assert trim_log(store, "runs", 15, dry_run=True) == 10 and store.read("runs", version=3).num_rows == 3
+    assert trim_log(store, "runs", 15) == 10  # commits 0-9
+    assert min(int(n[:20]) for n in log_entries(store.table_files("runs")) if n[:20].isdigit()) == 10
+    for version in (10, 15, 25):
+        assert store.read("runs", version=version).num_rows == version
+    with pytest.raises(StorageError, match="table runs at Delta version 3"):
+        store.read("runs", version=3)
+    store.upsert("runs", _runs_row(99))
+    assert store.read("runs").num_rows == 26
+
+
+def test_vacuum_trims_each_log_below_what_the_kept_versions_read(tmp_path):
+    """Without it a log grows by a file per commit for ever (log cleanup is off so that old
+    versions stay readable); with it, what the kept versions need stays and checks clean."""
+    from _helpers import index_fresh
+
+    from graphwright.ops.check import check
+    from graphwright.ops.versions import retain
+    from graphwright.query import query
+    from graphwright.storage.health import log_entries, log_versions
+    from graphwright.storage.manifest import manifests
+
+    fresh = index_fresh(tmp_path)
+    river = fresh.corpus / "notes" / "river.txt"
+    for n in range(6):  # each run changes a document, so each publishes a version
+        river.write_text(river.read_text() + f"\nThe Greywater River rose again in year {n}.\n")
+        run([fresh.corpus], fresh.index)
+    store = IndexStore(fresh.index)
+    before = {name: len(log_entries(store.table_files(name))) for name in store.versions()}
+    result = retain(store, 2)
+    assert result["log_files_removed"] > 0
+    kept = manifests(store)
+    assert [m["version"] for m in kept] == result["kept"]
+    after = {name: len(log_entries(store.table_files(name))) for name in store.versions()}
+    assert sum(after.values()) < sum(before.values())
+    for name in store.versions():
+        commits, _ = log_versions(log_entries(store.table_files(name)))
+        pins = [m["table_versions"][name] for m in kept if m["table_versions"].get(name) is not None]
+        assert min(commits) <= min(pins, default=max(commits)), name  # nothing a kept version replays is gone
+    for m in kept:
+        assert check(store, m["version"])["ok"]
+        assert query(str(fresh.index), "Greywater River", mode="local", version=m["version"])["evidence"]

@@ -9,7 +9,8 @@ from graphwright.engines.vectors import ids_path
 from graphwright.stages.embed.search_files import unused_files
 from graphwright.stages.publish import publish
 from graphwright.storage.delta import IndexStore
-from graphwright.storage.log_retention import KEEP_LOG
+from graphwright.storage.contracts import all_schemas
+from graphwright.storage.log_retention import KEEP_LOG, trim_log
 from graphwright.storage.manifest import DATA_TABLES, load_manifest, manifests
 
 
@@ -29,13 +30,13 @@ def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
 
 def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     """Keep the newest `keep` published versions readable; drop older manifests, the Delta files
-    only they needed, and vector, lexical and graph files no kept version uses."""
+    and log entries only they needed, and vector, lexical and graph files no kept version uses."""
     rows = manifests(store)
     if keep < 1:
         raise ValueError("keep at least one version")
     kept, dropped = rows[-keep:], rows[:-keep]
     if not dropped:
-        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": 0}
+        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": 0, "log_files_removed": 0}
     oldest = min(r["published_at"] for r in kept)
     hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
     removed = 0
@@ -56,4 +57,23 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
             store.files.delete(relative)
     if not dry_run:
         store.delete("index_manifest", f"version < {kept[0]['version']}")
-    return {"kept": [r["version"] for r in kept], "dropped": [r["version"] for r in dropped], "files_removed": removed}
+    return {"kept": [r["version"] for r in kept], "dropped": [r["version"] for r in dropped], "files_removed": removed,
+            "log_files_removed": _trim_logs(store, kept, dry_run)}
+
+
+def _trim_logs(store: IndexStore, kept: list[dict], dry_run: bool) -> int:
+    """Each table's Delta log below what is still read: a data table's from the oldest version a
+    kept manifest pins, graphwright's own tables (runs, stage_metrics, the LLM cache, ...) from
+    their latest, which is the only one read."""
+    removed = 0
+    for name in all_schemas():
+        if not store.exists(name):
+            continue
+        if name in DATA_TABLES:
+            pins = [r["table_versions"][name] for r in kept if r["table_versions"].get(name) is not None]
+            needed = min(pins) if pins else None
+        else:
+            needed = store.version(name)
+        if needed is not None:
+            removed += trim_log(store, name, needed, dry_run=dry_run)
+    return removed
