@@ -45,7 +45,7 @@ def s3(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("moto") / "requests.log"
     with log.open("wb") as sink:
-        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_moto_serial.py"), "-H", "127.0.0.1", "-p", str(port)],
                                   stdout=sink, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -315,8 +315,10 @@ def test_index_query_delete_rollback_vacuum_on_s3(s3, prefix):
     assert [v["version"] for v in invoke("versions", "--index", index, "--json")] == [3]
     assert invoke("query", "harbor", "--index", index, "--json")["evidence"]
     store = IndexStore(index)
-    kept = set(load_manifest(store)["vector_indexes"].values())
-    assert {p for p in store.files.list("vectors") if p.endswith(".faiss")} == kept  # the others went
+    kept = set(load_manifest(store)["vector_indexes"].values())  # vector files, lexical indexes, the passage graph
+    assert {p for p in store.files.list("vectors") if p.endswith(".faiss")} == {p for p in kept if p.endswith(".faiss")}  # the others went
+    assert all(store.files.exists(p) for p in kept)
+    assert invoke("check", "--index", index, "--json")["ok"]  # its logs trimmed too
 
 
 def test_commands_on_a_missing_s3_index_say_so(prefix):
