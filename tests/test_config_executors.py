@@ -70,6 +70,40 @@ def test_local_executor_runs_batches_in_order():
     executor.close()
 
 
+@pytest.mark.parametrize("rows, batch_size, actors, block", [
+    (1_208_592, 32, 2, 1024),  # the 1M-chunk extraction: 1,181 blocks, not 37,769
+    (10_000, 32, 2, 608),  # 17 blocks: 8 or more per actor
+    (100, 32, 2, 32),  # a block per batch while there are few
+    (5, 32, 4, 32),
+])
+def test_a_ray_stage_sends_blocks_of_several_batches(monkeypatch, rows, batch_size, actors, block):
+    """Ray Data pickles every input block's metadata into its stats reports, every 5 s: a block
+    per batch made those reports most of the driver's work at a million chunks."""
+    import ray.data
+
+    from graphwright.pipeline.executors import RayExecutor
+
+    sent = []
+
+    class _Dataset:
+        def map_batches(self, *args, **kwargs):
+            return self
+
+        def iter_batches(self, **kwargs):
+            return iter(())
+
+    def from_arrow(blocks):
+        sent.extend(blocks)
+        return _Dataset()
+
+    monkeypatch.setattr(ray.data, "from_arrow", from_arrow)
+    executor = object.__new__(RayExecutor)  # no Ray started: only the dataset's blocks are looked at
+    list(executor.map_batches(pa.table({"x": list(range(rows))}), BatchStage("s", Doubler, (2,), batch_size=batch_size, actors=actors)))
+    assert [b.num_rows for b in sent[:-1]] == [block] * (len(sent) - 1) and 0 < sent[-1].num_rows <= block
+    assert sum(b.num_rows for b in sent) == rows and block % batch_size == 0
+    assert len(sent) >= min(-(-rows // batch_size), 8 * actors)
+
+
 def test_the_local_executor_builds_a_stage_with_its_driver_arguments():
     # in-process there are no actors to share the machine with: a thread cap for actors
     # (EmbedBatch's torch threads) would leave the driver's other cores idle

@@ -50,6 +50,21 @@ class BatchStage:
         return self.driver_threads <= 1 or self.actors * actor_threads(self.num_cpus) > self.driver_threads
 
 
+# Ray Data reports a dataset's stats to its stats actor every 5 s, pickling the metadata (schema
+# included) of every input block each time. With a block per batch, 1.2M chunks were 37.8k blocks
+# and those reports took about 45% of the driver's samples during extraction. A block of several
+# batches keeps them small; enough blocks per actor keep the pool balanced.
+MAX_BATCHES_PER_BLOCK = 32
+BLOCKS_PER_ACTOR = 8
+
+
+def rows_per_block(rows: int, batch_size: int, actors: int) -> int:
+    """Rows of each input block of a stage's Ray dataset: whole batches, at most
+    MAX_BATCHES_PER_BLOCK of them, and at least BLOCKS_PER_ACTOR blocks per actor while the rows allow."""
+    batches = -(-rows // batch_size)
+    return batch_size * max(1, min(MAX_BATCHES_PER_BLOCK, batches // max(1, actors * BLOCKS_PER_ACTOR)))
+
+
 WORKER_CPU_COLUMN = "__worker_cpu_s"
 WORKER_START_COLUMN = "__worker_started"
 
@@ -140,8 +155,8 @@ class RayExecutor:
 
         if not table.num_rows:
             return
-        # one block per batch, so the actor pool can spread the work
-        blocks = [table.slice(o, stage.batch_size) for o in range(0, table.num_rows, stage.batch_size)]
+        size = rows_per_block(table.num_rows, stage.batch_size, stage.actors)
+        blocks = [table.slice(o, size) for o in range(0, table.num_rows, size)]
         ds = ray.data.from_arrow(blocks).map_batches(
             _Metered,
             fn_constructor_args=(stage.fn_class, *stage.args),
