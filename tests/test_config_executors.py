@@ -71,8 +71,8 @@ def test_local_executor_runs_batches_in_order():
 
 
 @pytest.mark.parametrize("rows, batch_size, actors, block", [
-    (1_208_592, 32, 2, 1024),  # the 1M-chunk extraction: 1,181 blocks, not 37,769
-    (10_000, 32, 2, 608),  # 17 blocks: 8 or more per actor
+    (1_208_592, 32, 2, 256),  # the 1M-chunk extraction: 4,722 blocks, not 37,769
+    (3_000, 32, 2, 160),  # 19 blocks: 8 or more per actor
     (100, 32, 2, 32),  # a block per batch while there are few
     (5, 32, 4, 32),
 ])
@@ -100,7 +100,7 @@ def test_a_ray_stage_sends_blocks_of_several_batches(monkeypatch, rows, batch_si
     executor = object.__new__(RayExecutor)  # no Ray started: only the dataset's blocks are looked at
     list(executor.map_batches(pa.table({"x": list(range(rows))}), BatchStage("s", Doubler, (2,), batch_size=batch_size, actors=actors)))
     assert [b.num_rows for b in sent[:-1]] == [block] * (len(sent) - 1) and 0 < sent[-1].num_rows <= block
-    assert sum(b.num_rows for b in sent) == rows and block % batch_size == 0
+    assert sum(b.num_rows for b in sent) == rows
     assert len(sent) >= min(-(-rows // batch_size), 8 * actors)
 
 

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
 from _helpers import CONFIG_FILE, CORPUS, CORPUS_KEYS
 from test_lock import kill_holder, start_holder
@@ -145,6 +146,25 @@ def _append_rows(uri: str, writer: int, commits: int, barrier, results) -> None:
             except CommitFailedError:
                 refused += 1
     results.put((writer, refused))
+
+
+def test_a_trimmed_log_on_s3_reads_from_its_floor(prefix):
+    from datetime import datetime, timezone
+
+    from graphwright.storage.health import log_entries
+    from graphwright.storage.log_retention import trim_log
+
+    store = IndexStore(prefix)
+    for n in range(14):
+        store.upsert("runs", pa.Table.from_pylist([{"run_id": f"run-{n:03d}", "command": "index", "started_at": datetime.now(timezone.utc),
+                                                    "status": "succeeded", "config_hash": "c", "summary": "{}", "finished_at": None,
+                                                    "error": None}]))
+        if n == 9:
+            store.ensure("runs").create_checkpoint()
+            floor = store.version("runs")
+    assert trim_log(store, "runs", store.version("runs")) == floor  # the commits 0 .. floor - 1, deleted through obstore
+    assert min(int(n[:20]) for n in log_entries(store.table_files("runs")) if n[:20].isdigit()) == floor
+    assert store.read("runs", version=floor).num_rows == floor and store.read("runs").num_rows == 14
 
 
 @pytest.mark.slow

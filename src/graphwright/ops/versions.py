@@ -35,8 +35,9 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     if keep < 1:
         raise ValueError("keep at least one version")
     kept, dropped = rows[-keep:], rows[:-keep]
-    if not dropped:
-        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": 0, "log_files_removed": 0}
+    if not dropped:  # nothing to drop; the logs still grow with every run
+        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": 0,
+                "log_files_removed": _trim_logs(store, kept, dry_run)}
     oldest = min(r["published_at"] for r in kept)
     hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
     removed = 0
@@ -62,18 +63,19 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
 
 
 def _trim_logs(store: IndexStore, kept: list[dict], dry_run: bool) -> int:
-    """Each table's Delta log below what is still read: a data table's from the oldest version a
-    kept manifest pins, graphwright's own tables (runs, stage_metrics, the LLM cache, ...) from
-    their latest, which is the only one read."""
+    """Each table's Delta log below what is still read: a data table's below the oldest version a
+    kept manifest pins; graphwright's own tables (runs, stage_metrics, the LLM cache, lazy
+    reports, ...), which are read at their latest version, below the checkpoint before their
+    newest, for a process that read a version just before it (a query process writing lazy
+    reports and cached answers while the nightly job publishes and vacuums)."""
     removed = 0
     for name in all_schemas():
         if not store.exists(name):
             continue
         if name in DATA_TABLES:
             pins = [r["table_versions"][name] for r in kept if r["table_versions"].get(name) is not None]
-            needed = min(pins) if pins else None
+            if pins:
+                removed += trim_log(store, name, min(pins), dry_run=dry_run)
         else:
-            needed = store.version(name)
-        if needed is not None:
-            removed += trim_log(store, name, needed, dry_run=dry_run)
+            removed += trim_log(store, name, store.version(name), spare=1, dry_run=dry_run)
     return removed

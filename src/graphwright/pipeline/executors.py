@@ -53,8 +53,9 @@ class BatchStage:
 # Ray Data reports a dataset's stats to its stats actor every 5 s, pickling the metadata (schema
 # included) of every input block each time. With a block per batch, 1.2M chunks were 37.8k blocks
 # and those reports took about 45% of the driver's samples during extraction. A block of several
-# batches keeps them small; enough blocks per actor keep the pool balanced.
-MAX_BATCHES_PER_BLOCK = 32
+# batches keeps them small; enough blocks per actor keep the pool balanced. A block's results
+# reach the driver when its task ends, so a killed worker loses at most one block of answers.
+MAX_BATCHES_PER_BLOCK = 8
 BLOCKS_PER_ACTOR = 8
 
 
