@@ -20,12 +20,34 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from _ports import free_port, wait_listening
 
 HERE = Path(__file__).resolve().parent
 
+
+
+class MemorySampler(threading.Thread):
+    """The largest private (RssAnon) and shared (RssShmem: Ray object-store pages this process
+    touched) resident sizes of this process, read from /proc every second. ru_maxrss counts both."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak = {"RssAnon": 0, "RssShmem": 0}
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(1.0):
+            try:
+                status = Path("/proc/self/status").read_text().splitlines()
+            except OSError:
+                return
+            for row in status:
+                name, _, value = row.partition(":")
+                if name in self.peak:
+                    self.peak[name] = max(self.peak[name], int(value.split()[0]) // 1024)
 
 
 def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency: int) -> dict:
@@ -47,9 +69,12 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
         "embed": {"engine": "hashing"},
         "execution": {"executor": "ray", "commit_every": 4096},
     })
+    memory = MemorySampler()
+    memory.start()
     started = time.perf_counter()
     summary = run_index([str(corpus)], index, config, show_progress=False, log=lambda m: None)
     wall = time.perf_counter() - started
+    memory.stopped.set()
     rows = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}'").to_pylist()
     stages = {}
     for r in rows:
@@ -59,7 +84,8 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
                               "calls_commit_s": details.get("calls_commit_s"), "waves": details.get("waves")}
     return {"chunks": summary["chunks"], "entities": summary["entities"], "relationships": summary["relationships"],
             "reports": summary["reports"], "llm_calls": summary["llm"]["calls"], "wall_s": wall,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "stages": stages}
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_anon_mb": memory.peak["RssAnon"], "peak_shmem_mb": memory.peak["RssShmem"], "stages": stages}
 
 
 def measure(corpus: Path, index: Path, src: str | None, a) -> dict:
@@ -90,7 +116,8 @@ def line(label: str, r: dict) -> str:
     commit = sum(s.get("calls_commit_s") or 0 for s in r["stages"].values())
     stages = "  ".join(f"{name} {s['wall_s']:.1f}" for name, s in r["stages"].items())
     return (f"{label:<9} {r['chunks']:>8} chunks {r['entities']:>7} entities {r['reports']:>6} reports {r['llm_calls']:>8} calls | "
-            f"total {r['wall_s']:7.1f} s, extract {ex['work_done'] / ex['wall_s']:5.0f} chunks/s, peak {r['peak_rss_mb']:6.0f} MB, "
+            f"total {r['wall_s']:7.1f} s, extract {ex['work_done'] / ex['wall_s']:5.0f} chunks/s, peak {r['peak_rss_mb']:6.0f} MB "
+            f"(private {r.get('peak_anon_mb', 0):.0f}, object store {r.get('peak_shmem_mb', 0):.0f}), "
             f"cache lookup {lookup * per_k:.3f} s and call commits {commit * per_k:.3f} s per 1000 chunks | {stages}")
 
 
