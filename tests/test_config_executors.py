@@ -136,7 +136,7 @@ def test_the_driver_runs_batches_while_they_fit_its_time_budget(tmp_path, monkey
     from graphwright.storage.delta import IndexStore
 
     executor = _CountingExecutor()
-    monkeypatch.setattr(context, "make_executor", lambda cfg: executor)
+    monkeypatch.setattr(context, "make_executor", lambda cfg, **kw: executor)
     cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": inline_batches, "inline_seconds": inline_seconds}})
     run = context.Run(IndexStore(tmp_path / "index"), cfg, "r", StageProgress(False), lambda m: None)
     table = pa.table({"x": list(range(10))})
@@ -158,7 +158,7 @@ def test_the_driver_keeps_work_the_executor_cannot_do_sooner(tmp_path, monkeypat
     from graphwright.storage.delta import IndexStore
 
     executor = _CountingExecutor()
-    monkeypatch.setattr(context, "make_executor", lambda cfg: executor)
+    monkeypatch.setattr(context, "make_executor", lambda cfg, **kw: executor)
     cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": 0, "inline_seconds": inline_seconds}})
     run = context.Run(IndexStore(tmp_path / "index"), cfg, "r", StageProgress(False), lambda m: None)
     stage = BatchStage("double", Doubler, (2,), batch_size=3, actors=actors, num_cpus=0.5, driver_threads=driver_threads)
@@ -217,7 +217,7 @@ def test_the_driver_projects_the_rest_by_the_rows_weight(tmp_path, monkeypatch, 
     from graphwright.storage.delta import IndexStore
 
     executor = _CountingExecutor()
-    monkeypatch.setattr(context, "make_executor", lambda cfg: executor)
+    monkeypatch.setattr(context, "make_executor", lambda cfg, **kw: executor)
     monkeypatch.setattr(context.time, "perf_counter", lambda: _Clock.now)
     _TimedByLength.built_with = []
     cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": 0, "inline_seconds": 100}})

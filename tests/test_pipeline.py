@@ -317,7 +317,7 @@ def test_duplicate_records_in_one_file_are_reported_not_fatal(tmp_path):
 def test_a_noop_rerun_does_not_start_an_executor(indexed, indexed_copy, monkeypatch):
     started = []
     real = context.make_executor
-    monkeypatch.setattr(context, "make_executor", lambda cfg: started.append(cfg) or real(cfg))
+    monkeypatch.setattr(context, "make_executor", lambda cfg, **kw: started.append(cfg) or real(cfg, **kw))
     s = run([indexed.corpus], indexed_copy.index)
     assert s["chunks_extracted"] == 0 and not s["new_version"]
     assert started == []
@@ -349,7 +349,7 @@ def test_small_work_runs_in_the_driver_and_starts_no_executor(indexed, indexed_c
     from graphwright.pipeline.executors import LocalExecutor
 
     started = []
-    monkeypatch.setattr(context, "make_executor", lambda cfg: started.append(cfg) or LocalExecutor())
+    monkeypatch.setattr(context, "make_executor", lambda cfg, **kw: started.append(cfg) or LocalExecutor())
     other = tmp_path / "other"
     shutil.copytree(indexed_copy.index, other)
     note = min(p for p in indexed_copy.corpus.rglob("*.txt"))

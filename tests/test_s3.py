@@ -168,6 +168,18 @@ def test_a_trimmed_log_on_s3_reads_from_its_floor(prefix):
 
 
 @pytest.mark.slow
+def test_a_stage_input_staged_on_s3_reads_back_and_goes(prefix):
+    from graphwright.pipeline.staging import PART_COLUMN, Staging, index_files, read_parts
+
+    staging = Staging(prefix, "run-a")
+    table = pa.table({"x": list(range(100))})
+    folder, parts = staging.write("extract", [table.slice(0, 60), table.slice(60)])
+    assert read_parts(pa.table({PART_COLUMN: parts}), index_files(prefix)).equals(table)
+    staging.write("embed", [table])
+    assert staging.remove(folder) == 2
+    assert staging.clear_all() == 1 and index_files(prefix).list("staging/") == []
+
+
 def test_concurrent_delta_writers_on_s3_lose_no_commit(s3, prefix):
     """Writers racing for the same versions: each version's log entry is written by exactly one
     PUT; the server refuses the others (If-None-Match -> 412) and their writers retry."""

@@ -191,7 +191,9 @@ class Run:
                     self.inlined[label] = self.inlined.get(label, 0) + done
             if done < table.num_rows:
                 if self.executor is None:  # started on first use: a no-op run never starts Ray
-                    self.executor = make_executor(self.config.execution)
+                    from graphwright.pipeline.staging import Staging
+
+                    self.executor = make_executor(self.config.execution, staging=Staging(str(self.store.root), self.run_id))
                     self.log(f"executor: {self.executor.describe()}")
                 for batch in self.executor.map_batches(table.slice(done), stage):
                     advance(count(batch))

@@ -76,15 +76,31 @@ class _Metered:
     worker says that it started one: Ray workers are other processes, so the driver cannot see
     their CPU time or how many times a stage's function was built."""
 
-    def __init__(self, fn_class: type, *args):
+    def __init__(self, fn_class: type, *args, staged: tuple[str, int] | None = None):
+        """`staged`: (index root, batch size) when each input row names a staged block (pipeline.staging)."""
         start = time.process_time()
         self.fn = fn_class(*args)
+        self.staged = None
+        if staged is not None:
+            from graphwright.pipeline.staging import index_files
+
+            self.staged = (index_files(staged[0]), staged[1])
         self.unreported = time.process_time() - start
         self.started = 1
 
+    def _run(self, batch: pa.Table) -> pa.Table:
+        if self.staged is None:
+            return self.fn(batch)
+        from graphwright.pipeline.staging import read_parts
+
+        files, size = self.staged
+        rows = read_parts(batch, files)
+        outs = [self.fn(rows.slice(o, size)) for o in range(0, rows.num_rows, size)]
+        return pa.concat_tables(outs) if outs else rows
+
     def __call__(self, batch: pa.Table) -> pa.Table:
         start = time.process_time()
-        out = self.fn(batch)
+        out = self._run(batch)
         used = time.process_time() - start + self.unreported
         self.unreported = 0.0
         if not out.num_rows:
@@ -140,9 +156,15 @@ class RayExecutor:
     name = "ray"
     worker_cpu_s = 0.0  # CPU seconds of all batches run in workers so far
     worker_starts = 0  # the stages' batch functions built in workers so far (once per actor per stage)
+    staging = None  # pipeline.staging.Staging, or None: the driver puts the input into the object store
 
-    def __init__(self, config: ExecutionConfig):
+    def __init__(self, config: ExecutionConfig, staging=None):
+        """`staging` (pipeline.staging.Staging): where the driver writes the stages' input blocks for
+        the workers to read; without it the driver puts them into Ray's object store."""
         self._owns_ray = ensure_ray(config)
+        self.staging = staging
+        if staging is not None:
+            staging.clear_all()
         from ray.data import DataContext
 
         ctx = DataContext.get_current()
@@ -158,10 +180,28 @@ class RayExecutor:
             return
         size = rows_per_block(table.num_rows, stage.batch_size, stage.actors)
         blocks = [table.slice(o, size) for o in range(0, table.num_rows, size)]
-        ds = ray.data.from_arrow(blocks).map_batches(
+        if self.staging is None:
+            yield from self._results(ray.data.from_arrow(blocks), stage, stage.batch_size, {})
+            return
+        from graphwright.pipeline.staging import PART_COLUMN
+
+        # each actor call reads one staged block and runs the stage's batches over it
+        folder, parts = self.staging.write(stage.name, blocks)
+        del blocks
+        try:
+            ds = ray.data.from_items([{PART_COLUMN: p} for p in parts], override_num_blocks=len(parts))
+            yield from self._results(ds, stage, 1, {"staged": (self.staging.root, stage.batch_size)})
+        finally:  # also when the consumer stops early or the stage fails
+            self.staging.remove(folder)
+
+    def _results(self, ds, stage: BatchStage, batch_size: int, kwargs: dict) -> Iterator[pa.Table]:
+        import ray.data
+
+        ds = ds.map_batches(
             _Metered,
             fn_constructor_args=(stage.fn_class, *stage.args),
-            batch_size=stage.batch_size,
+            fn_constructor_kwargs=kwargs,
+            batch_size=batch_size,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=stage.actors),
             num_cpus=stage.num_cpus,
@@ -190,7 +230,7 @@ def pool_of(config: ExecutionConfig) -> str:
     return f"{config.actors} actors x {config.actor_num_cpus:g} CPU" if config.executor == "ray" else "in-process"
 
 
-def make_executor(config: ExecutionConfig):
+def make_executor(config: ExecutionConfig, staging=None):
     if config.executor == "local":
         return LocalExecutor()
-    return RayExecutor(config)
+    return RayExecutor(config, staging)
