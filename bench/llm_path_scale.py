@@ -4,10 +4,10 @@ graphwright's prompts at once), on Ray, hashing embedder, generated corpus. Per 
 stage's seconds, extraction chunks/s, the driver's peak RSS, and the seconds the cache lookups
 and the call commits took per 1000 chunks; then the growth exponent of the total time.
 
-    python bench/llm_path_scale.py --chunks 10000,100000 [--baseline-src /path/to/old/src --baseline-max 30000]
+    python bench/llm_path_scale.py --chunks 10000,100000 [--baseline-src [LABEL=]/path/to/old/src ... --baseline-max 30000]
 
 Each size runs in a fresh process (its peak RSS is the driver's). --baseline-src runs the same
-sizes (up to --baseline-max chunks) with another checkout's code in the same invocation, for a
+sizes (up to --baseline-max chunks) with other checkouts' code in the same invocation, for a
 side-by-side comparison on this shared machine.
 """
 
@@ -127,7 +127,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("/tmp/graphwright-llm-scale"))
     p.add_argument("--reports", default="llm", choices=("llm", "extractive"))
     p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--baseline-src", help="another checkout's src/ to run the same sizes with, side by side")
+    p.add_argument("--baseline-src", action="append", default=[],
+                   help="[LABEL=]another checkout's src/ to run the same sizes with, side by side (repeatable)")
     p.add_argument("--baseline-max", type=int, default=30_000, help="the largest size the baseline runs")
     p.add_argument("--one", nargs=3, metavar=("CORPUS", "INDEX", "URL"), help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -142,8 +143,10 @@ def main() -> None:
         corpus = a.out / f"corpus-{target}"
         if not corpus.exists():
             generate(corpus, max(1, target // 10), 1800)
-        if a.baseline_src and target <= a.baseline_max:
-            print(line("baseline", measure(corpus, a.out / f"index-{target}-baseline", a.baseline_src, a)), flush=True)
+        for n, spec in enumerate(a.baseline_src if target <= a.baseline_max else []):
+            label, _, src = spec.rpartition("=")
+            label = label or "baseline"
+            print(line(label, measure(corpus, a.out / f"index-{target}-baseline{n}", src, a)), flush=True)
         r = measure(corpus, a.out / f"index-{target}", None, a)
         results.append(r)
         print(line("this", r), flush=True)
