@@ -66,11 +66,16 @@ def test_retention_drops_old_versions(fresh):
     run([fresh.corpus], fresh.index)
     from graphwright.ops.versions import retain
 
+    leftover = fresh.index / "staging" / "killed-run" / "extract-0" / "000000.arrow"  # a killed run's stage input
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"staged")
     dry = retain(fresh.store, 1, dry_run=True)
     assert dry["kept"] == [2] and dry["dropped"] == [1]
     assert [m["version"] for m in manifests(fresh.store)] == [1, 2]  # a dry run changes nothing
+    assert leftover.exists()
     result = retain(fresh.store, 1)
     assert result["kept"] == [2] and result["dropped"] == [1]
+    assert not (fresh.index / "staging").exists() and result["files_removed"] == dry["files_removed"]
     assert [m["version"] for m in manifests(fresh.store)] == [2]
     with pytest.raises(NoPublishedVersion):
         PublishedIndex(fresh.store, 1)

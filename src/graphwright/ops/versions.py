@@ -30,17 +30,21 @@ def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
 
 def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     """Keep the newest `keep` published versions readable; drop older manifests, the Delta files
-    and log entries only they needed, and vector, lexical and graph files no kept version uses."""
+    and log entries only they needed, vector, lexical and graph files no kept version uses, and
+    the stage inputs killed runs left staged (the caller holds the run lock)."""
+    from graphwright.pipeline.staging import clear_leftovers
+
     rows = manifests(store)
     if keep < 1:
         raise ValueError("keep at least one version")
+    staged = clear_leftovers(store.files, dry_run=dry_run)
     kept, dropped = rows[-keep:], rows[:-keep]
     if not dropped:  # nothing to drop; the logs still grow with every run
-        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": 0,
+        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": staged,
                 "log_files_removed": _trim_logs(store, kept, dry_run)}
     oldest = min(r["published_at"] for r in kept)
     hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
-    removed = 0
+    removed = staged
     for name in DATA_TABLES:
         if store.exists(name):
             removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False,

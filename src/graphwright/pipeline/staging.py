@@ -56,7 +56,7 @@ class Staging:
 
     def clear_all(self) -> int:
         """Remove what runs killed before their stages ended left staged; the number of files."""
-        return self._remove(ROOT)
+        return clear_leftovers(self.files)
 
     def write(self, name: str, blocks: list[pa.Table]) -> tuple[str, list[str]]:
         """Stage `blocks` (one file each, in order); (their folder, the files' paths)."""
@@ -70,12 +70,24 @@ class Staging:
         return self._remove(folder)
 
     def _remove(self, prefix: str) -> int:
-        if not is_uri(self.root):  # one tree removal, not a delete per file
-            path = Path(self.root) / prefix
-            count = sum(1 for p in path.rglob("*") if p.is_file()) if path.exists() else 0
-            shutil.rmtree(path, ignore_errors=True)
-            return count
-        parts = self.files.list(prefix)
-        for part in parts:
-            self.files.delete(part)
-        return len(parts)
+        return _remove(self.files, prefix)
+
+
+def clear_leftovers(files: IndexFiles, *, dry_run: bool = False) -> int:
+    """Remove every staged file (killed runs' leftovers: only call it holding the run lock); the
+    number of files."""
+    if dry_run:
+        return len(files.list(ROOT))
+    return _remove(files, ROOT)
+
+
+def _remove(files: IndexFiles, prefix: str) -> int:
+    if not is_uri(str(files.location)):  # one tree removal, not a delete per file
+        path = Path(files.location) / prefix
+        count = sum(1 for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+        shutil.rmtree(path, ignore_errors=True)
+        return count
+    parts = files.list(prefix)
+    for part in parts:
+        files.delete(part)
+    return len(parts)
