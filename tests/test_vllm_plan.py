@@ -95,6 +95,10 @@ def test_vllm_embeddings_start_their_replicas_once_per_stage(tmp_path, monkeypat
         self.processor.get_stage_by_name("vLLMEngineStage").fn = fake_vllm_stage.FakeEmbedUDF
 
     monkeypatch.setattr(VLLMEmbedder, "__init__", with_stand_in)
+    # the tables the driver puts into the object store itself (its pages stay in its resident set)
+    put_columns = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda value, **kw: put_columns.append(getattr(value, "column_names", None)) or real_put(value, **kw))
     if ray.is_initialized():  # building a plan connects to Ray; this test needs its own with GPUs
         ray.shutdown()
     ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)  # logical GPUs for the plan
@@ -107,3 +111,6 @@ def test_vllm_embeddings_start_their_replicas_once_per_stage(tmp_path, monkeypat
     embedded = sum(c["embedded"] for c in summary["recomputed"]["embeddings"].values())
     assert embedded > 3 * cfg.execution.commit_every
     assert len(log.read_text().split()) == 2  # the two replicas, once
+    # the texts reached the replicas through files staged in the index, which the stage then removed
+    assert not [c for c in put_columns if c and "text" in c], put_columns
+    assert not list((tmp_path / "index" / "staging").rglob("*.arrow"))

@@ -10,6 +10,7 @@ the index already (every node reads and writes it; the call ledger is written fr
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shutil
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,17 @@ def index_files(root: str) -> IndexFiles:
 def read_parts(batch: pa.Table, files: IndexFiles) -> pa.Table:
     """The staged blocks `batch` names, as one table."""
     return pa.concat_tables([from_ipc(files.read_bytes(p)) for p in batch.column(PART_COLUMN).to_pylist()])
+
+
+@functools.lru_cache(maxsize=4)
+def _worker_files(root: str) -> IndexFiles:
+    return index_files(root)
+
+
+def read_staged(batch: pa.Table, root: str) -> pa.Table:
+    """A Ray Data batch function: the staged blocks `batch` names (for a dataset that starts from
+    staged files, such as the input of a Ray Data LLM processor)."""
+    return read_parts(batch, _worker_files(root))
 
 
 class Staging:

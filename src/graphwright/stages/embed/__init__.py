@@ -111,11 +111,13 @@ def _embedded(run, todo: pa.Table):
         yield from run.map_batches("embed", todo, stage)
         return
     from graphwright.engines.embed import make_embedder
+    from graphwright.pipeline.staging import Staging
 
     # one execution of the processor over every text, so that the GPU replicas start once
     rest = todo.drop_columns(["text"])
+    staging = Staging(str(run.store.root), run.run_id)
     with run.progress.task("embed", todo.num_rows) as advance:
-        for positions, vectors in make_embedder(cfg.embed).stream(todo.column("text").combine_chunks(), cfg.embed.batch_size):
+        for positions, vectors in make_embedder(cfg.embed).stream(todo.column("text").combine_chunks(), cfg.embed.batch_size, staging):
             flat = pa.array(vectors.reshape(-1), type=pa.float32())
             offsets = pa.array(np.arange(0, vectors.size + 1, max(vectors.shape[1], 1), dtype=np.int32))
             advance(len(positions))
