@@ -133,6 +133,20 @@ def test_append_and_overwrite(store):
     assert store.read("documents").column("doc_id").to_pylist() == ["d0009"]
 
 
+def test_an_append_opens_its_table_once(store, monkeypatch):
+    """Every opening replays the log since its checkpoint, and the extract stage appends to five
+    tables per commit: an append opened each table three times (ensure, the write, the version)."""
+    from deltalake import table as delta_table
+
+    store.append("documents", docs(2))
+    opened = []
+    real_init = delta_table.DeltaTable.__init__
+    monkeypatch.setattr(delta_table.DeltaTable, "__init__", lambda self, *a, **kw: opened.append(a) or real_init(self, *a, **kw))
+    version = store.append("documents", docs(2, start=2))
+    assert len(opened) == 1
+    assert version == store.version("documents") == 2 and store.count("documents") == 4
+
+
 def _unchanged(result) -> bool:
     """replace_if_changed's 'nothing changed' answer (a (version, changed) pair or a row diff)."""
     if isinstance(result, dict):

@@ -292,10 +292,12 @@ class IndexStore:
     def append(self, name: str, table: pa.Table) -> int:
         data = contracts.schema(name).validate(table)
         self._writing(name)
-        self.ensure(name)
+        # one opening of the table per append: the write and the version it returns use it (each
+        # opening replays the log since its checkpoint; a stage appends to several tables per commit)
+        dt = self.ensure(name)
         if data.num_rows:
-            write_deltalake(self.path(name), data, mode="append", storage_options=self.storage_options, post_commithook_properties=KEEP_LOG)
-        return self.version(name)
+            write_deltalake(dt, data, mode="append", post_commithook_properties=KEEP_LOG)
+        return dt.version()
 
     def replace_if_changed(self, name: str, table: pa.Table) -> dict:
         """Overwrite the table with `table` unless it already holds exactly these rows (so a no-op
