@@ -24,6 +24,7 @@ def write(root, name, text):
         ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),  # cgroup v1
         ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
         ({"cpu.max": "garbage"}, None),
+        ({"cpu.max": "100000 0"}, None),
         ({}, None),
     ],
 )

@@ -22,7 +22,7 @@ def cgroup_cpu_limit(root: Path | None = None) -> int | None:
         if quota == "max":
             return None
         return max(1, math.ceil(int(quota) / int(period)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, ZeroDivisionError):
         pass
     try:
         quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
