@@ -153,7 +153,7 @@ def test_rerun_extracts_nothing_and_publishes_nothing(indexed, indexed_copy):
 
 def test_editing_a_document_reextracts_only_its_changed_chunks(fresh, monkeypatch):
     # below the HNSW threshold the vector indexes are rebuilt: the published ones are not even read
-    monkeypatch.setattr(vector_files, "published_vector_index", lambda *a: pytest.fail("read the published vector index"))
+    monkeypatch.setattr(vector_files, "published_vector_file", lambda *a: pytest.fail("read the published vector index"))
     store = fresh.store
     harbor = ids.doc_id("harbor.txt")
     old_chunks = {c["chunk_id"]: c for c in store.read("chunks").to_pylist()}
@@ -182,7 +182,7 @@ def test_editing_a_document_reextracts_only_its_changed_chunks(fresh, monkeypatc
 
 
 def test_an_update_adds_to_the_published_hnsw_index_instead_of_rebuilding_it(tmp_path):
-    config = make_config(vectors={"hnsw_threshold": 5})
+    config = make_config(vectors={"hnsw_threshold": 5, "overlay_max_share": 0})  # in place, not an overlay (test_vector_overlay)
     fresh = index_fresh(tmp_path / "hnsw", config=config)
     store = fresh.store
     before = set(store.read("chunks").column("chunk_id").to_pylist())

@@ -209,6 +209,10 @@ class VectorConfig(_Section):
     engine: Literal["faiss", "cuvs"] = "faiss"  # cuvs: the [gpu] extra
     # exact inner-product search below this many vectors, HNSW above
     hnsw_threshold: int = Field(200_000, ge=1)
+    # an update of an HNSW index writes an overlay file (engines.vectors.overlay) while the items
+    # it adds and removes stay within this share of the base; past it the overlay is folded into
+    # a new base. The overlay is searched exactly, so this bounds its cost per query. 0: no overlay
+    overlay_max_share: float = Field(0.05, ge=0, le=1)
 
 
 class ExecutionConfig(_Section):

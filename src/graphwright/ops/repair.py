@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from graphwright.engines.vectors.overlay import OVERLAY_SUFFIX
 from graphwright.ops.check import QUARANTINE, check, check_version
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, manifests
@@ -69,7 +70,7 @@ def repair(store: IndexStore, run_id: str) -> dict:
             damaged.add(p["table"])
     # 3. vector files, rebuilt from the embeddings table at the version the manifest pins
     for p in found:
-        if p["what"] == "vector" and p["files"][0].endswith(".faiss"):
+        if p["what"] == "vector" and p["files"][0].endswith((".faiss", OVERLAY_SUFFIX)):
             done.append(_rebuild_vectors(store, p["version"], p["files"][1]))
     left: list[str] = []
     if damaged & set(DATA_TABLES) or any(p["what"] in ("rows", "search") for p in found):
@@ -110,14 +111,18 @@ def _rebuild_vectors(store: IndexStore, version: int, kind: str) -> str:
     config = PipelineConfig.model_validate_json(manifest["config"])
     relative, written = write_vector_index(store, kind, model_name(config.embed), config,
                                            at=manifest["table_versions"]["embeddings"], rebuild=True)
-    if relative != manifest["vector_indexes"][kind]:
+    pinned = manifest["vector_indexes"][kind]
+    # an overlay and the base it lays over hold the same vectors as one file of the same state
+    layered = pinned.endswith(OVERLAY_SUFFIX) and relative == pinned.removesuffix(OVERLAY_SUFFIX) + ".faiss"
+    if relative != pinned and not layered:
         return (f"vectors: the embeddings table at version {manifest['table_versions']['embeddings']} no longer gives "
-                f"{manifest['vector_indexes'][kind]}; roll back or re-index")
+                f"{pinned}; roll back or re-index")
     recorded = manifest.get("vector_files") or {}
-    if any(recorded.get(path) not in (None, digest) for path, digest in written.items()):
+    if layered or any(recorded.get(path) not in (None, digest) for path, digest in written.items()):
         # an HNSW build need not repeat its bytes: record what the file now holds
         row = store.read("index_manifest", where=f"version = {version}").to_pylist()[0]
         row["vector_files"] = json.dumps({**recorded, **written}, sort_keys=True)
+        row["vector_indexes"] = json.dumps({**manifest["vector_indexes"], kind: relative}, sort_keys=True)
         store.upsert("index_manifest", pa.Table.from_pylist([row]))
     return f"vectors: rebuilt {relative} from the embeddings table (published version {version})"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from graphwright.config import PipelineConfig
-from graphwright.engines.vectors import ids_path
+from graphwright.engines.vectors.overlay import OVERLAY_SUFFIX
+from graphwright.stages.embed.pinned_files import files_of, is_search_file
 from graphwright.stages.embed.search_files import unused_files
 from graphwright.stages.publish import publish
 from graphwright.storage.delta import IndexStore
@@ -49,13 +50,15 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
         if store.exists(name):
             removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False,
                                                   post_commithook_properties=KEEP_LOG))
-    used = {f for r in kept for f in r["vector_indexes"].values()}
-    for relative in (p for p in store.files.list("vectors") if p.endswith(".faiss")):
+    used = {f for r in kept for relative in r["vector_indexes"].values() if not is_search_file(relative)
+            for f in files_of(store.files, relative)}  # an overlay's files include its base's
+    for relative in (p for p in store.files.list("vectors") if p.endswith((".faiss", OVERLAY_SUFFIX))):
         if relative not in used:
-            removed += 2
+            gone = files_of(store.files, relative) if relative.endswith(".faiss") else [relative]
+            removed += len(gone)
             if not dry_run:
-                store.files.delete(relative)
-                store.files.delete(ids_path(relative))
+                for path in gone:
+                    store.files.delete(path)
     for relative in unused_files(store.files, kept):  # lexical segments, synonyms, passage graphs
         removed += 1
         if not dry_run:

@@ -78,7 +78,7 @@ class Searcher:
         present = [c for c in item_ids if c in position]
         if not present:
             return {}
-        mat = np.vstack([vi.index.reconstruct(position[c]) for c in present])
+        mat = np.vstack([vi.reconstruct(position[c]) for c in present])
         return dict(zip(present, (mat @ q).tolist()))
 
     def _positions(self, kind: str) -> dict[str, int]:

@@ -71,18 +71,18 @@ class PublishedIndex:
     def vector_index(self, kind: str):
         """The version's vector index of `kind`; StorageError naming the file when it is gone or
         unreadable."""
-        from graphwright.engines.vectors import ids_path, load_from
+        from graphwright.engines.vectors.overlay import index_files, load_index
         from graphwright.storage.health import StorageError, first_line
 
         relative = self.manifest["vector_indexes"][kind]
         repair = (f"`graphwright check --index {self.store.root} --repair` rebuilds it from the embeddings table "
                   f"(version {self.version} pins it)")
-        for path in (relative, ids_path(relative)):
+        for path in index_files(self.store.files, relative):
             if not self.store.files.exists(path):
                 raise StorageError(f"vector file {path} of {self.store.root} (published version {self.version}, {kind} "
                                    f"vectors) is missing; {repair}", table="vectors")
         try:
-            return load_from(self.store.files, relative)
+            return load_index(self.store.files, relative)
         except (RuntimeError, OSError, ValueError) as exc:  # faiss raises RuntimeError on a corrupt file
             raise StorageError(f"vector file {relative} of {self.store.root} (published version {self.version}, {kind} "
                                f"vectors) cannot be read: {first_line(exc)}; {repair}", table="vectors") from None

@@ -1,7 +1,8 @@
 """Vector indexes behind one interface: build from ids + normalized vectors, save, load, search.
 CPU: faiss (exact inner product below `hnsw_threshold` vectors, HNSW above). GPU: cuVS
 (brute force below the threshold, CAGRA above; cuvs_index). A CPU HNSW index is
-updated in place when few of its vectors changed (update_index)."""
+updated with an overlay file when few of its vectors changed (overlay), and in place when the
+overlay has grown (update_index)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ class VectorIndex:
             [(self.ids[p], float(s)) for p, s in zip(prow, srow) if 0 <= p < len(self.ids) and self.ids[p] is not None]
             for prow, srow in zip(positions, scores)
         ]
+
+    def reconstruct(self, position: int) -> np.ndarray:
+        return self.index.reconstruct(position)
 
     def _skip_removed(self):
         """faiss search parameters that leave out removed positions (kept on the object: faiss
@@ -191,7 +195,8 @@ def save_to(files, relative: str, vi: VectorIndex) -> dict[str, str]:
 
 def load_from(files, relative: str) -> VectorIndex:
     """Read from an index's files; the index file is read from disk (a local copy for an object
-    store), not from a copy of its bytes in memory."""
+    store), not from a copy of its bytes in memory. A published index may be an overlay:
+    overlay.load_index reads either."""
     with files.local(relative) as path:
         return _load(path, files.read_bytes(ids_path(relative)))
 

@@ -14,8 +14,6 @@ def is_search_file(relative: str) -> bool:
 def files_of(files, relative: str) -> list[str]:
     """The files of the manifest entry `relative`. Optional parts that do not exist are left out;
     a missing required part is listed, so that a check names it."""
-    from graphwright.engines.vectors import ids_path
-
     if relative.startswith("graph/passage-"):
         from graphwright.stages.embed.passage_graph import ARRAYS
 
@@ -29,4 +27,6 @@ def files_of(files, relative: str) -> list[str]:
         from graphwright.engines.lexical import files_in_use
 
         return sorted(files_in_use(files, [relative]))  # the version file, its item list, its segments
-    return [relative, ids_path(relative)]
+    from graphwright.engines.vectors.overlay import index_files
+
+    return index_files(files, relative)  # a vector index: with an overlay, its base's files too

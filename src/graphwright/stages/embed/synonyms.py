@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphwright import ids
-from graphwright.engines.vectors import load_from
+from graphwright.engines.vectors.overlay import load_index
 from graphwright.stages.embed.vector_files import vector_matrix
 from graphwright.storage import manifest
 from graphwright.storage.delta import IndexStore
@@ -40,7 +40,7 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
     relative = f"graph/synonyms-{ids.stable_id('synonyms', si.synonym_threshold, si.synonym_neighbours, name_index, length=16)}.parquet"
     if store.files.exists(relative):
         return relative
-    vi = load_from(store.files, name_index)
+    vi = load_index(store.files, name_index)
     live = [(p, i, h) for p, (i, h) in enumerate(zip(vi.ids, vi.text_hashes or [""] * len(vi.ids))) if i is not None]
     names = _names(store)
     eligible = {i for i, n in names.items() if len(re.sub(r"[\W_]", "", n)) > 2}

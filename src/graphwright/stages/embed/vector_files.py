@@ -11,12 +11,19 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.config import PipelineConfig
 from graphwright.engines.vectors import (
-    VectorIndex,
     build_index_from_batches,
-    load_from,
     may_update,
     save_to,
     update_index,
+)
+from graphwright.engines.vectors.overlay import (
+    OVERLAY_SUFFIX,
+    LayeredIndex,
+    base_of,
+    is_overlay,
+    load_index,
+    next_overlay,
+    write_overlay,
 )
 from graphwright.storage import manifest
 from graphwright.storage.delta import IndexStore
@@ -25,7 +32,8 @@ from graphwright.util.numeric import to_numpy
 
 def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig, at: int | None = None,
                        rebuild: bool = False) -> tuple[str, dict[str, str]]:
-    """Build the ANN index for one kind, or update the published one in place where it can
+    """Build the ANN index for one kind, or update the published one where it can: with an
+    overlay file while the change is small (engines.vectors.overlay), else in place
     (engines.vectors.update_index), from the embeddings table (at Delta version `at`: a repair
     rebuilds a published version's file). Returns the file's path relative to the index and the
     sha256 of the files written (none when the file was already there)."""
@@ -35,33 +43,99 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
                                       pa.chunked_array(keys.column("text_hash").chunks + keys.column("item_id").chunks, pa.string()),
                                       length=16)
     relative = f"vectors/{kind}-{digest}.faiss"
-    written: dict[str, str] = {}
-    if rebuild or not store.files.exists(relative):
-        def vectors_of(wanted: list[str]) -> np.ndarray:
-            return vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]), at)
+    layered = f"vectors/{kind}-{digest}{OVERLAY_SUFFIX}"
+    if not rebuild:
+        for done in (relative, layered):
+            if store.files.exists(done):
+                return done, {}
 
-        index = None
-        # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
-        previous = published_vector_index(store, kind) if may_update(cfg.vectors, keys.num_rows) and not rebuild else None
-        if previous is not None:
-            index = update_index(previous, keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist(),
-                                 vectors_of, cfg.vectors)
-            del previous
-        if index is None:
-            index = build_index_from_batches(keys.num_rows, vector_batches(store, where, keys, at), cfg.vectors)
-        written = save_to(store.files, relative, index)
-    return relative, written
+    def vectors_of(wanted: list[str]) -> np.ndarray:
+        return vector_matrix(store, where, pa.chunked_array([pa.array(wanted, pa.string())]), at)
+
+    index = None
+    updatable = may_update(cfg.vectors, keys.num_rows) and not rebuild
+    published = published_vector_file(store, kind) if updatable else None
+    if published is not None and cfg.vectors.overlay_max_share > 0:
+        pinned = manifest.load_manifest(store)["table_versions"].get("embeddings")
+        overlay = next_overlay(store.files, published, keys.column("item_id").combine_chunks(),
+                               keys.column("text_hash").combine_chunks(),
+                               lambda wanted: recent_vectors(store, kind, model, wanted, keys, pinned, vectors_of),
+                               cfg.vectors.overlay_max_share)
+        if overlay is not None:
+            return layered, write_overlay(store.files, layered, overlay)
+    # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
+    previous = load_index(store.files, published) if published is not None else None
+    if previous is not None:
+        if isinstance(previous, LayeredIndex):
+            previous = previous.folded()
+        index = update_index(previous, keys.column("item_id").to_pylist(), keys.column("text_hash").to_pylist(),
+                             vectors_of, cfg.vectors)
+        del previous
+    if index is None:
+        index = build_index_from_batches(keys.num_rows, vector_batches(store, where, keys, at), cfg.vectors)
+    return relative, save_to(store.files, relative, index)
 
 
-def published_vector_index(store: IndexStore, kind: str) -> VectorIndex | None:
-    """The latest published version's vector index of `kind`, if it has one."""
+def published_vector_file(store: IndexStore, kind: str) -> str | None:
+    """The latest published version's vector index file of `kind` (a base or an overlay), if it has one."""
     try:
         relative = manifest.load_manifest(store)["vector_indexes"].get(kind)
     except manifest.NoPublishedVersion:
         return None
     if relative is None or not store.files.exists(relative):
         return None
-    return load_from(store.files, relative)
+    if is_overlay(relative) and not store.files.exists(base_of(store.files, relative)):
+        return None
+    return relative
+
+
+def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], keys: pa.Table, since: int | None,
+                   vectors_of) -> np.ndarray:
+    """The vectors of the `wanted` items (rows in that order) with the text hash `keys` gives them,
+    read from the embeddings files written since Delta version `since` (an update embeds its new
+    items there: a few files, not the 2 GB table); the rest through `vectors_of`, which scans.
+    An item found in two files keeps its newest vector."""
+    from graphwright.storage.changes import commit_actions
+    from graphwright.storage.patch import read_data_file
+
+    now = store.version("embeddings")
+    wanted_ids = pa.array(wanted, pa.string())
+    hashes = keys.column("text_hash").combine_chunks().take(pc.index_in(wanted_ids, value_set=keys.column("item_id").combine_chunks()))
+    want_keys = pc.binary_join_element_wise(wanted_ids, hashes, "\x1f")
+    matrix, found = None, np.zeros(len(wanted), dtype=bool)
+    # newest first: the stage appends its vectors after its deletes, which rewrite whole files
+    for version in range(now, since, -1) if since is not None and now is not None else ():
+        if found.all():
+            break
+        commit = commit_actions(store, "embeddings", version)
+        for path in commit.added if commit else ():
+            partitioned = path.startswith("kind=")  # the table is partitioned by kind: its files hold no kind column
+            if partitioned and not path.startswith(f"kind={kind}/"):
+                continue
+            try:
+                rows = read_data_file(store, "embeddings", path, ["model", "item_id", "text_hash", "vector"] + ([] if partitioned else ["kind"]))
+            except (OSError, ValueError):  # vacuumed since: the scan below finds it
+                continue
+            mine = pc.equal(rows.column("model"), model)
+            rows = rows.filter(mine if partitioned else pc.and_(mine, pc.equal(rows.column("kind"), kind)))
+            at = pc.index_in(pc.binary_join_element_wise(rows.column("item_id"), rows.column("text_hash"), "\x1f"),
+                             value_set=want_keys).fill_null(-1).to_numpy(zero_copy_only=False)
+            take = np.flatnonzero((at >= 0) & ~found[np.maximum(at, 0)])
+            if not len(take):
+                continue
+            flat = to_numpy(pc.list_flatten(rows.column("vector").take(pa.array(take))), np.float32).reshape(len(take), -1)
+            if matrix is None:
+                matrix = np.zeros((len(wanted), flat.shape[1]), np.float32)
+            matrix[at[take]] = flat
+            found[at[take]] = True
+    if found.all():
+        return matrix
+    rest = np.flatnonzero(~found)
+    scanned = vectors_of([wanted[i] for i in rest])
+    if matrix is None:
+        matrix = np.zeros((len(wanted), scanned.shape[1]), np.float32)
+    matrix[rest] = scanned
+    return matrix
 
 
 def vector_batches(store: IndexStore, where: str, keys: pa.Table, at: int | None = None):

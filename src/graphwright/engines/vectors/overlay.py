@@ -1,0 +1,181 @@
+"""A large vector index kept as a base file and a small overlay, so that an update writes files
+in proportion to what changed (as Lucene's segments and Milvus's growing segments do).
+
+The base is a published faiss HNSW index (its .faiss and .ids.parquet files), never rewritten.
+An overlay is one parquet file beside it: the vectors of the items the base lacks or holds with
+an older text (searched exactly), the base positions whose items are gone or changed (skipped),
+and the base's path in its metadata. Each update writes a new overlay from the previous one, and
+only reads the base's ids file, not its 2 GB of vectors. When the overlay would pass
+`vectors.overlay_max_share` of the base, the update folds it into a new base instead
+(vector_files.write_vector_index). A query searches both and merges by score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from graphwright.engines.vectors import VectorIndex, ids_path, load_from
+
+OVERLAY_SUFFIX = ".overlay.parquet"
+
+
+def is_overlay(relative: str) -> bool:
+    return relative.endswith(OVERLAY_SUFFIX)
+
+
+def load_index(files, relative: str):
+    """A published vector index: a base file (a VectorIndex), or an overlay read with its base (a LayeredIndex)."""
+    if is_overlay(relative):
+        overlay = read_overlay(files, relative)
+        return LayeredIndex(load_from(files, overlay.base), overlay)
+    return load_from(files, relative)
+
+
+def index_files(files, relative: str) -> list[str]:
+    """The files of a published vector index: a base's index and ids files; an overlay's own
+    file and its base's (only its own while it is missing)."""
+    if is_overlay(relative):
+        return [relative] + (index_files(files, base_of(files, relative)) if files.exists(relative) else [])
+    return [relative, ids_path(relative)]
+
+
+def _read(files, relative: str) -> pa.Table:
+    return pq.read_table(pa.BufferReader(files.read_bytes(relative)))
+
+
+def base_of(files, relative: str) -> str:
+    """The base index file an overlay lays over."""
+    return pq.read_schema(pa.BufferReader(files.read_bytes(relative))).metadata[b"base"].decode()
+
+
+@dataclass
+class Overlay:
+    base: str  # the base index's path
+    base_items: int  # positions in the base
+    removed: np.ndarray  # base positions skipped (int64, ascending)
+    ids: list[str]
+    text_hashes: list[str]
+    vectors: np.ndarray  # float32, a row per id
+
+    def size(self) -> int:
+        return len(self.removed) + len(self.ids)
+
+
+def read_overlay(files, relative: str) -> Overlay:
+    table = _read(files, relative)
+    meta = table.schema.metadata
+    adds = table.filter(pc.is_null(table.column("removed_position")))
+    removed = table.column("removed_position").drop_null().to_numpy().astype(np.int64)
+    dim = int(meta[b"dim"])
+    flat = adds.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False) if adds.num_rows else np.zeros(0, np.float32)
+    return Overlay(meta[b"base"].decode(), int(meta[b"base_items"]), np.sort(removed),
+                   adds.column("item_id").to_pylist(), adds.column("text_hash").to_pylist(),
+                   np.asarray(flat, np.float32).reshape(adds.num_rows, dim))
+
+
+def write_overlay(files, relative: str, overlay: Overlay) -> dict[str, str]:
+    """Write `overlay` to `relative`; returns its sha256 (what the manifest records)."""
+    import hashlib
+
+    n, dim = len(overlay.ids), max(overlay.vectors.shape[1], 1) if overlay.vectors.ndim == 2 else 1
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(overlay.vectors.reshape(-1), pa.float32()), dim)
+    nulls = len(overlay.removed)
+    table = pa.table({
+        "item_id": pa.concat_arrays([pa.array(overlay.ids, pa.string()), pa.nulls(nulls, pa.string())]),
+        "text_hash": pa.concat_arrays([pa.array(overlay.text_hashes, pa.string()), pa.nulls(nulls, pa.string())]),
+        "vector": pa.concat_arrays([vectors, pa.nulls(nulls, vectors.type)]),
+        "removed_position": pa.concat_arrays([pa.nulls(n, pa.int64()), pa.array(overlay.removed, pa.int64())]),
+    }).replace_schema_metadata({"base": overlay.base, "base_items": str(overlay.base_items), "dim": str(dim)})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    data = sink.getvalue().to_pybytes()
+    files.write_bytes(relative, data)
+    return {relative: hashlib.sha256(data).hexdigest()}
+
+
+def _keys(item_ids, hashes) -> pa.Array:
+    return pc.binary_join_element_wise(pa.array(item_ids, pa.string()), pa.array(hashes, pa.string()), "\x1f")
+
+
+def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
+                 vectors_of: Callable[[list[str]], np.ndarray], max_share: float) -> Overlay | None:
+    """The overlay that brings the published index `previous` (a base or an overlay) to the items
+    `ids` whose vectors embed `text_hashes`: the base's positions whose key is gone are removed,
+    and every item the base's live positions lack is in the overlay (its vector taken from the
+    previous overlay when it was there, else from `vectors_of`). None when the base has no text
+    hashes or the overlay would pass `max_share` of the base: then the index is folded."""
+    old = read_overlay(files, previous) if is_overlay(previous) else None
+    base = old.base if old else previous
+    base_ids = _read(files, ids_path(base))
+    if "text_hash" not in base_ids.column_names:
+        return None
+    now = _keys(ids, text_hashes)
+    before = _keys(base_ids.column("item_id").combine_chunks(), base_ids.column("text_hash").combine_chunks())
+    # a position an in-place update removed has a null key: the base's ids already skip it
+    held = pc.is_valid(before).to_numpy(zero_copy_only=False)
+    alive = pc.fill_null(pc.is_in(before, value_set=now), False)
+    removed = np.flatnonzero(held & ~alive.to_numpy(zero_copy_only=False)).astype(np.int64)
+    missing = pc.invert(pc.is_in(now, value_set=before.filter(alive)))
+    add_ids = pa.array(ids, pa.string()).filter(missing)
+    add_hashes = pa.array(text_hashes, pa.string()).filter(missing)
+    if len(removed) + len(add_ids) > max_share * int(held.sum()):
+        return None
+    vectors = np.zeros((0, 1), np.float32)
+    if len(add_ids):
+        add_keys = _keys(add_ids, add_hashes)
+        at = np.full(len(add_ids), -1, np.int64)
+        if old is not None and old.ids:  # still current in the previous overlay: its vector is there
+            at = pc.index_in(add_keys, value_set=_keys(old.ids, old.text_hashes)).fill_null(-1).to_numpy(zero_copy_only=False)
+        fresh = np.flatnonzero(at < 0)
+        got = vectors_of(add_ids.take(pa.array(fresh)).to_pylist()) if len(fresh) else None
+        vectors = np.zeros((len(add_ids), got.shape[1] if got is not None else old.vectors.shape[1]), np.float32)
+        if old is not None:
+            vectors[at >= 0] = old.vectors[at[at >= 0]]
+        if got is not None:
+            vectors[fresh] = got
+    return Overlay(base, base_ids.num_rows, removed, add_ids.to_pylist(), add_hashes.to_pylist(), vectors)
+
+
+class LayeredIndex:
+    """A base VectorIndex with an overlay: `ids` and `text_hashes` per position (the base's,
+    removed ones None, then the overlay's), search over both merged by score."""
+
+    def __init__(self, base, overlay: Overlay):
+        import faiss
+
+        base_ids = list(base.ids)
+        for p in overlay.removed.tolist():
+            base_ids[p] = None
+        self.base = VectorIndex(base_ids, base.index, base.text_hashes)
+        top = faiss.IndexFlatIP(overlay.vectors.shape[1] if len(overlay.ids) else base.index.d)
+        if len(overlay.ids):
+            top.add(np.ascontiguousarray(overlay.vectors, dtype=np.float32))
+        self.top = VectorIndex(list(overlay.ids), top, list(overlay.text_hashes))
+        self.ids = self.base.ids + self.top.ids
+        hashes = base.text_hashes
+        self.text_hashes = None if hashes is None else list(hashes) + self.top.text_hashes
+        self.overlay_size = overlay.size()
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        merged = []
+        for a, b in zip(self.base.search(queries, k), self.top.search(queries, k)):
+            merged.append(sorted(a + b, key=lambda t: (-t[1], t[0]))[:k])
+        return merged
+
+    def reconstruct(self, position: int) -> np.ndarray:
+        n = len(self.base.ids)
+        return self.base.reconstruct(position) if position < n else self.top.reconstruct(position - n)
+
+    def folded(self):
+        """One VectorIndex: the overlay's vectors added to the base's HNSW graph (what an update
+        does when the overlay has grown past its share)."""
+        if len(self.top.ids):
+            self.base.index.add(np.ascontiguousarray(self.top.index.reconstruct_n(0, len(self.top.ids)), dtype=np.float32))
+        hashes = None if self.text_hashes is None else self.text_hashes
+        return VectorIndex(self.ids, self.base.index, hashes)

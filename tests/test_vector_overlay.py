@@ -1,0 +1,183 @@
+"""A small update of a large (HNSW) vector index writes an overlay file beside the published
+base instead of reading and rewriting the base (engines.vectors.overlay): the files it writes
+follow the change, queries see exactly the live items, and check, repair and retention treat
+the overlay and its base as one index."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _helpers import index_fresh, make_config, run
+
+from graphwright.engines.vectors.overlay import OVERLAY_SUFFIX, LayeredIndex, base_of, read_overlay
+from graphwright.ops.check import check
+from graphwright.ops.repair import repair
+from graphwright.ops.versions import retain
+from graphwright.query import query
+from graphwright.stages.embed import vector_files
+from graphwright.storage.manifest import PublishedIndex
+
+
+def overlay_config(share: float = 0.9):
+    return make_config(vectors={"hnsw_threshold": 5, "overlay_max_share": share})
+
+
+def edit(corpus, name: str, old: str, new: str) -> None:
+    path = corpus / name
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def listed_vector_files(index) -> set[str]:
+    return {str(p.relative_to(index)) for p in (index / "vectors").iterdir()}
+
+
+def live_chunks(store) -> set[str]:
+    return set(store.read("chunks").column("chunk_id").to_pylist())
+
+
+@pytest.fixture
+def layered(tmp_path, monkeypatch):
+    """An index whose published chunk vectors are an overlay over the first build's HNSW base."""
+    import faiss
+
+    config = overlay_config()
+    fresh = index_fresh(tmp_path / "overlay", config=config)
+    base = PublishedIndex(fresh.store).manifest["vector_indexes"]["chunk"]
+    assert base.endswith(".faiss")
+    before = listed_vector_files(fresh.index)
+    base_bytes = (fresh.index / base).read_bytes()
+    edit(fresh.corpus, "harbor.txt", "until the lamps burned low.", "until the lamps burned out.")
+    scans = []
+    scan = vector_files.vector_matrix
+    with monkeypatch.context() as m:  # the update never loads a vector index file
+        m.setattr(faiss, "read_index", lambda *a: pytest.fail("read a faiss index file"))
+        m.setattr(vector_files, "vector_matrix", lambda store, where, *a: scans.append(where) or scan(store, where, *a))
+        run([fresh.corpus], fresh.index, config)
+    # the new chunks' vectors come from the embeddings files the update wrote, not a scan of the table
+    assert not [w for w in scans if "'chunk'" in w]
+    return fresh, config, base, before, base_bytes
+
+
+def test_a_small_update_writes_an_overlay_not_a_new_base(layered):
+    fresh, config, base, before, base_bytes = layered
+    store = fresh.store
+    relative = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    assert relative.endswith(OVERLAY_SUFFIX) and base_of(store.files, relative) == base
+    assert (fresh.index / base).read_bytes() == base_bytes  # the base is never rewritten
+    new_chunk_files = {f for f in listed_vector_files(fresh.index) - before if f.startswith("vectors/chunk-")}
+    assert new_chunk_files == {relative}
+    # the overlay holds the new chunks' own vectors and skips the replaced chunks' base positions
+    overlay = read_overlay(store.files, relative)
+    emb = store.read("embeddings", where="kind = 'chunk'")
+    stored = dict(zip(emb.column("item_id").to_pylist(), emb.column("vector").to_pylist()))
+    assert overlay.ids and all(np.allclose(v, stored[i]) for i, v in zip(overlay.ids, overlay.vectors))
+    vi = PublishedIndex(store).vector_index("chunk")
+    assert isinstance(vi, LayeredIndex)
+    now = live_chunks(store)
+    assert set(vi.ids) - {None} == now and len(overlay.removed) > 0
+    evidence = query(str(fresh.index), "the lamps burned out", mode="naive", top_k=50)["evidence"]
+    assert len(evidence) == len(now) and {e["chunk_id"] for e in evidence} == now
+    top = query(str(fresh.index), "until the lamps burned out", mode="naive", top_k=1)["evidence"][0]
+    assert top["chunk_id"] in overlay.ids and "burned out" in top["text"]
+    assert check(store)["ok"], check(store)["problems"]
+
+
+def test_a_second_update_lays_a_new_overlay_over_the_same_base(layered):
+    fresh, config, base, _, _ = layered
+    store = fresh.store
+    first = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    carried = set(read_overlay(store.files, first).ids)
+    edit(fresh.corpus, "festival.md", "lantern", "lamp")
+    run([fresh.corpus], fresh.index, config)
+    second = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    assert second != first and second.endswith(OVERLAY_SUFFIX) and base_of(store.files, second) == base
+    now = live_chunks(store)
+    overlay = read_overlay(store.files, second)
+    assert carried & now <= set(overlay.ids)  # the first overlay's live items are carried
+    assert set(PublishedIndex(store).vector_index("chunk").ids) - {None} == now
+    # retention keeps the base the kept overlay lays over, and drops the overlay no version uses
+    retain(store, 1)
+    assert (fresh.index / base).exists() and (fresh.index / second).exists() and not (fresh.index / first).exists()
+    assert check(store)["ok"]
+    assert {e["chunk_id"] for e in query(str(fresh.index), "lamp", mode="naive", top_k=50)["evidence"]} == now
+
+
+def test_an_overlay_past_its_share_is_folded_into_a_new_base(layered):
+    fresh, _, base, _, _ = layered
+    store = fresh.store
+    edit(fresh.corpus, "council.txt", "The", "A")
+    run([fresh.corpus], fresh.index, overlay_config(share=0.001))
+    relative = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    assert relative.endswith(".faiss") and relative != base
+    vi = PublishedIndex(store).vector_index("chunk")
+    assert set(vi.ids) - {None} == live_chunks(store)
+    assert vi.index.ntotal == len(vi.ids)  # the overlay's vectors went into the HNSW graph
+
+
+def test_a_lost_base_under_an_overlay_is_rebuilt_by_repair(layered):
+    fresh, _, base, _, _ = layered
+    store = fresh.store
+    (fresh.index / base).unlink()
+    found = check(store)
+    assert not found["ok"] and any(base in p["detail"] for p in found["problems"])
+    result = repair(store, "repair-test")
+    assert result["ok"], result
+    relative = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    assert relative.endswith(".faiss")
+    now = live_chunks(store)
+    assert {e["chunk_id"] for e in query(str(fresh.index), "lamps", mode="naive", top_k=50)["evidence"]} == now
+
+
+def test_overlay_search_merges_both_layers_by_score():
+    from graphwright.config import VectorConfig
+    from graphwright.engines.vectors import build_index
+    from graphwright.engines.vectors.overlay import Overlay
+
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(40, 8)).astype(np.float32)
+    data /= np.linalg.norm(data, axis=1, keepdims=True)
+    ids = [f"i{n:02d}" for n in range(40)]
+    base = build_index(ids[:30], data[:30], VectorConfig(hnsw_threshold=5), [f"h{n}" for n in range(30)])
+    # i00..i04 removed, i30..i39 added: what an index of i05..i39 returns, exactly
+    layered = LayeredIndex(base, Overlay("b.faiss", 30, np.arange(5), ids[30:], [f"h{n}" for n in range(30, 40)], data[30:]))
+    exact = data[5:] @ data[:3].T
+    for q, hits in enumerate(layered.search(data[:3], 5)):
+        want = [ids[5 + i] for i in np.argsort(-exact[:, q], kind="stable")[:5]]
+        assert [i for i, _ in hits] == want
+    assert np.allclose(layered.reconstruct(32), data[32]) and layered.ids[:5] == [None] * 5
+
+
+class _Files(dict):
+    def write_bytes(self, relative, data):
+        self[relative] = data
+
+    def read_bytes(self, relative):
+        return self[relative]
+
+
+def test_an_overlay_of_removals_only_reads_back():
+    from graphwright.engines.vectors.overlay import Overlay, write_overlay
+
+    files = _Files()
+    write_overlay(files, "v/chunk-x" + OVERLAY_SUFFIX, Overlay("v/chunk-b.faiss", 9, np.array([2, 7]), [], [], np.zeros((0, 1), np.float32)))
+    back = read_overlay(files, "v/chunk-x" + OVERLAY_SUFFIX)
+    assert back.base == "v/chunk-b.faiss" and back.removed.tolist() == [2, 7] and back.ids == [] and back.size() == 2
+
+
+def test_positions_an_in_place_update_removed_are_not_counted_again(tmp_path):
+    fresh = index_fresh(tmp_path / "inplace", config=overlay_config(share=0))
+    edit(fresh.corpus, "harbor.txt", "until the lamps burned low.", "until the lamps burned out.")
+    run([fresh.corpus], fresh.index, overlay_config(share=0))  # in place: the new base skips the replaced positions
+    store = fresh.store
+    base = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    dead = {p for p, i in enumerate(PublishedIndex(store).vector_index("chunk").ids) if i is None}
+    assert base.endswith(".faiss") and dead
+    edit(fresh.corpus, "festival.md", "lantern", "lamp")
+    run([fresh.corpus], fresh.index, overlay_config())
+    relative = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    assert relative.endswith(OVERLAY_SUFFIX) and base_of(store.files, relative) == base
+    removed = set(read_overlay(store.files, relative).removed.tolist())
+    assert removed and not removed & dead
+    assert set(PublishedIndex(store).vector_index("chunk").ids) - {None} == live_chunks(store)
