@@ -15,6 +15,7 @@ from graphwright.ops.repair import repair
 from graphwright.ops.versions import retain
 from graphwright.query import query
 from graphwright.stages.embed import vector_files
+from graphwright.storage.health import StorageError
 from graphwright.storage.manifest import PublishedIndex
 
 
@@ -76,7 +77,7 @@ def test_a_small_update_writes_an_overlay_not_a_new_base(layered):
     vi = PublishedIndex(store).vector_index("chunk")
     assert isinstance(vi, LayeredIndex)
     now = live_chunks(store)
-    assert set(vi.ids) - {None} == now and len(overlay.removed) > 0
+    assert set(vi.ids) - {None} == now and overlay.removed_ids and not set(overlay.removed_ids) & now
     evidence = query(str(fresh.index), "the lamps burned out", mode="naive", top_k=50)["evidence"]
     assert len(evidence) == len(now) and {e["chunk_id"] for e in evidence} == now
     top = query(str(fresh.index), "until the lamps burned out", mode="naive", top_k=1)["evidence"][0]
@@ -130,23 +131,68 @@ def test_a_lost_base_under_an_overlay_is_rebuilt_by_repair(layered):
     assert {e["chunk_id"] for e in query(str(fresh.index), "lamps", mode="naive", top_k=50)["evidence"]} == now
 
 
+def _unit_vectors(n: int, dim: int = 8) -> np.ndarray:
+    data = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
+    return data / np.linalg.norm(data, axis=1, keepdims=True)
+
+
 def test_overlay_search_merges_both_layers_by_score():
     from graphwright.config import VectorConfig
     from graphwright.engines.vectors import build_index
     from graphwright.engines.vectors.overlay import Overlay
 
-    rng = np.random.default_rng(0)
-    data = rng.normal(size=(40, 8)).astype(np.float32)
-    data /= np.linalg.norm(data, axis=1, keepdims=True)
-    ids = [f"i{n:02d}" for n in range(40)]
-    base = build_index(ids[:30], data[:30], VectorConfig(hnsw_threshold=5), [f"h{n}" for n in range(30)])
+    data = _unit_vectors(40)
+    ids, hashes = [f"i{n:02d}" for n in range(40)], [f"h{n}" for n in range(40)]
+    base = build_index(ids[:30], data[:30], VectorConfig(hnsw_threshold=5), hashes[:30])
     # i00..i04 removed, i30..i39 added: what an index of i05..i39 returns, exactly
-    layered = LayeredIndex(base, Overlay("b.faiss", 30, np.arange(5), ids[30:], [f"h{n}" for n in range(30, 40)], data[30:]))
+    layered = LayeredIndex(base, Overlay("b.faiss", ids[:5], hashes[:5], ids[30:], hashes[30:], data[30:]))
     exact = data[5:] @ data[:3].T
     for q, hits in enumerate(layered.search(data[:3], 5)):
         want = [ids[5 + i] for i in np.argsort(-exact[:, q], kind="stable")[:5]]
         assert [i for i, _ in hits] == want
     assert np.allclose(layered.reconstruct(32), data[32]) and layered.ids[:5] == [None] * 5
+
+
+@pytest.mark.parametrize("threshold", [5, 10**6], ids=["hnsw base", "flat base"])
+def test_an_overlay_skips_items_by_key_whatever_the_base_layout(threshold):
+    """A repair may rebuild a base under its name (derived from the items it holds) with another
+    order and without the empty slots of an in-place update; a flat base may lie under an overlay
+    once the index has crossed the HNSW threshold."""
+    from graphwright.config import VectorConfig
+    from graphwright.engines.vectors import VectorIndex, build_index
+    from graphwright.engines.vectors.overlay import Overlay
+
+    data = _unit_vectors(30)
+    ids, hashes = [f"i{n:02d}" for n in range(30)], [f"h{n}" for n in range(30)]
+    overlay = Overlay("b.faiss", ["i03", "i17"], ["h3", "h17"], [], [], np.zeros((0, 1), np.float32))
+    first = build_index(ids, data, VectorConfig(hnsw_threshold=threshold), hashes)
+    order = np.random.default_rng(1).permutation(30)
+    rebuilt = build_index([ids[i] for i in order], data[order], VectorConfig(hnsw_threshold=threshold), [hashes[i] for i in order])
+    with_slot = VectorIndex([None] + list(first.ids[1:]), first.index, [None] + list(first.text_hashes[1:]))  # i00 removed in place
+    for base, live in ((first, set(ids)), (rebuilt, set(ids)), (with_slot, set(ids) - {"i00"})):
+        layered = LayeredIndex(base, overlay)
+        assert set(layered.ids) - {None} == live - {"i03", "i17"}
+        found = {i for i, _ in layered.search(data[:5], 30)[0]}
+        assert found == live - {"i03", "i17"}
+
+
+def test_a_damaged_overlay_is_reported_and_repaired_not_a_crash(layered):
+    fresh, config, _, _, _ = layered
+    store = fresh.store
+    relative = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
+    (fresh.index / relative).write_bytes(b"PAR1 not an overlay")
+    found = check(store)
+    assert not found["ok"] and any(relative in p["detail"] for p in found["problems"])
+    with pytest.raises(StorageError, match="cannot be read.*check --index .* --repair"):
+        PublishedIndex(store).vector_index("chunk")
+    assert repair(store, "repair-test")["ok"]
+    assert PublishedIndex(store).manifest["vector_indexes"]["chunk"].endswith(".faiss")
+    assert check(store)["ok"]
+    assert {e["chunk_id"] for e in query(str(fresh.index), "lamps", mode="naive", top_k=50)["evidence"]} == live_chunks(store)
+    edit(fresh.corpus, "festival.md", "lantern", "lamp")  # and the next update goes on from the repaired version
+    summary = run([fresh.corpus], fresh.index, config)
+    assert summary["new_version"]
+    assert {e["chunk_id"] for e in query(str(fresh.index), "lamps", mode="naive", top_k=50)["evidence"]} == live_chunks(store)
 
 
 class _Files(dict):
@@ -161,9 +207,9 @@ def test_an_overlay_of_removals_only_reads_back():
     from graphwright.engines.vectors.overlay import Overlay, write_overlay
 
     files = _Files()
-    write_overlay(files, "v/chunk-x" + OVERLAY_SUFFIX, Overlay("v/chunk-b.faiss", 9, np.array([2, 7]), [], [], np.zeros((0, 1), np.float32)))
+    write_overlay(files, "v/chunk-x" + OVERLAY_SUFFIX, Overlay("v/chunk-b.faiss", ["a", "b"], ["ha", "hb"], [], [], np.zeros((0, 1), np.float32)))
     back = read_overlay(files, "v/chunk-x" + OVERLAY_SUFFIX)
-    assert back.base == "v/chunk-b.faiss" and back.removed.tolist() == [2, 7] and back.ids == [] and back.size() == 2
+    assert back.base == "v/chunk-b.faiss" and back.removed_ids == ["a", "b"] and back.ids == [] and back.size() == 2
 
 
 def test_positions_an_in_place_update_removed_are_not_counted_again(tmp_path):
@@ -172,12 +218,11 @@ def test_positions_an_in_place_update_removed_are_not_counted_again(tmp_path):
     run([fresh.corpus], fresh.index, overlay_config(share=0))  # in place: the new base skips the replaced positions
     store = fresh.store
     base = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
-    dead = {p for p, i in enumerate(PublishedIndex(store).vector_index("chunk").ids) if i is None}
-    assert base.endswith(".faiss") and dead
+    assert base.endswith(".faiss") and None in PublishedIndex(store).vector_index("chunk").ids
+    before = live_chunks(store)
     edit(fresh.corpus, "festival.md", "lantern", "lamp")
     run([fresh.corpus], fresh.index, overlay_config())
     relative = PublishedIndex(store).manifest["vector_indexes"]["chunk"]
     assert relative.endswith(OVERLAY_SUFFIX) and base_of(store.files, relative) == base
-    removed = set(read_overlay(store.files, relative).removed.tolist())
-    assert removed and not removed & dead
+    assert set(read_overlay(store.files, relative).removed_ids) == before - live_chunks(store)  # this edit's, no earlier slot
     assert set(PublishedIndex(store).vector_index("chunk").ids) - {None} == live_chunks(store)

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from graphwright.engines.vectors.overlay import OVERLAY_SUFFIX
 from graphwright.ops.check import QUARANTINE, check, check_version
+from graphwright.stages.embed.pinned_files import files_of
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.manifest import DATA_TABLES, manifests
 
@@ -69,8 +70,10 @@ def repair(store: IndexStore, run_id: str) -> dict:
                         f"(their rows are gone from it)")
             damaged.add(p["table"])
     # 3. vector files, rebuilt from the embeddings table at the version the manifest pins
+    rebuilt = set()  # an overlay and its base both damaged: one rebuild
     for p in found:
-        if p["what"] == "vector" and p["files"][0].endswith((".faiss", OVERLAY_SUFFIX)):
+        if p["what"] == "vector" and p["files"][0].endswith((".faiss", OVERLAY_SUFFIX)) and (p["version"], p["files"][1]) not in rebuilt:
+            rebuilt.add((p["version"], p["files"][1]))
             done.append(_rebuild_vectors(store, p["version"], p["files"][1]))
     left: list[str] = []
     if damaged & set(DATA_TABLES) or any(p["what"] in ("rows", "search") for p in found):
@@ -121,8 +124,11 @@ def _rebuild_vectors(store: IndexStore, version: int, kind: str) -> str:
     if layered or any(recorded.get(path) not in (None, digest) for path, digest in written.items()):
         # an HNSW build need not repeat its bytes: record what the file now holds
         row = store.read("index_manifest", where=f"version = {version}").to_pylist()[0]
-        row["vector_files"] = json.dumps({**recorded, **written}, sort_keys=True)
-        row["vector_indexes"] = json.dumps({**manifest["vector_indexes"], kind: relative}, sort_keys=True)
+        indexes = {**manifest["vector_indexes"], kind: relative}
+        # the digests of the files the version now pins (an overlay's are dropped with it)
+        pinned_files = {f for entry in indexes.values() for f in files_of(store.files, entry)}
+        row["vector_files"] = json.dumps({f: d for f, d in {**recorded, **written}.items() if f in pinned_files}, sort_keys=True)
+        row["vector_indexes"] = json.dumps(indexes, sort_keys=True)
         store.upsert("index_manifest", pa.Table.from_pylist([row]))
     return f"vectors: rebuilt {relative} from the embeddings table (published version {version})"
 

@@ -60,7 +60,11 @@ class VectorIndex:
 
             removed = np.asarray([p for p, i in enumerate(self.ids) if i is None], dtype=np.int64)
             selector = faiss.IDSelectorNot(faiss.IDSelectorBatch(removed))
-            self._skip = (removed, selector, faiss.SearchParametersHNSW(sel=selector, efSearch=self.index.hnsw.efSearch))
+            if hasattr(self.index, "hnsw"):
+                params = faiss.SearchParametersHNSW(sel=selector, efSearch=self.index.hnsw.efSearch)
+            else:  # a flat base under an overlay
+                params = faiss.SearchParameters(sel=selector)
+            self._skip = (removed, selector, params)
         return self._skip[2]
 
 

@@ -1,10 +1,12 @@
 """A large vector index kept as a base file and a small overlay, so that an update writes files
 in proportion to what changed (as Lucene's segments and Milvus's growing segments do).
 
-The base is a published faiss HNSW index (its .faiss and .ids.parquet files), never rewritten.
-An overlay is one parquet file beside it: the vectors of the items the base lacks or holds with
-an older text (searched exactly), the base positions whose items are gone or changed (skipped),
-and the base's path in its metadata. Each update writes a new overlay from the previous one, and
+The base is a published faiss index (its .faiss and .ids.parquet files), never rewritten. An
+overlay is one parquet file beside it: the vectors of the items the base lacks or holds with an
+older text (searched exactly), the keys (item id and text hash) of the base's items that are gone
+or changed (skipped), and the base's path in its metadata. Removals are keys, not positions, so
+an overlay stays right over a base that a repair rebuilt with another layout (a base's name is
+derived from the keys it holds). Each update writes a new overlay from the previous one, and
 only reads the base's ids file, not its 2 GB of vectors. When the overlay would pass
 `vectors.overlay_max_share` of the base, the update folds it into a new base instead
 (vector_files.write_vector_index). A query searches both and merges by score.
@@ -39,9 +41,10 @@ def load_index(files, relative: str):
 
 def index_files(files, relative: str) -> list[str]:
     """The files of a published vector index: a base's index and ids files; an overlay's own
-    file and its base's (only its own while it is missing)."""
+    file and its base's (only its own while it is missing or unreadable: a check then names it)."""
     if is_overlay(relative):
-        return [relative] + (index_files(files, base_of(files, relative)) if files.exists(relative) else [])
+        base = readable_base(files, relative)
+        return [relative] + (index_files(files, base) if base else [])
     return [relative, ids_path(relative)]
 
 
@@ -54,27 +57,42 @@ def base_of(files, relative: str) -> str:
     return pq.read_schema(pa.BufferReader(files.read_bytes(relative))).metadata[b"base"].decode()
 
 
+def readable_base(files, relative: str) -> str | None:
+    """base_of, or None when the overlay is missing or cannot be read."""
+    try:
+        return base_of(files, relative) if files.exists(relative) else None
+    except (pa.ArrowException, OSError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        return None
+
+
 @dataclass
 class Overlay:
     base: str  # the base index's path
-    base_items: int  # positions in the base
-    removed: np.ndarray  # base positions skipped (int64, ascending)
+    removed_ids: list[str]  # the base's items skipped (with their text hash: the key)
+    removed_hashes: list[str]
     ids: list[str]
     text_hashes: list[str]
     vectors: np.ndarray  # float32, a row per id
 
     def size(self) -> int:
-        return len(self.removed) + len(self.ids)
+        return len(self.removed_ids) + len(self.ids)
 
 
 def read_overlay(files, relative: str) -> Overlay:
-    table = _read(files, relative)
+    """The overlay in `relative`; ValueError naming it when it cannot be read as one."""
+    try:
+        return _parse(_read(files, relative))
+    except (pa.ArrowException, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{relative} is not a readable vector overlay ({type(exc).__name__}: {exc})") from None
+
+
+def _parse(table: pa.Table) -> Overlay:
     meta = table.schema.metadata
-    adds = table.filter(pc.is_null(table.column("removed_position")))
-    removed = table.column("removed_position").drop_null().to_numpy().astype(np.int64)
+    gone = table.column("removed").combine_chunks()
+    adds, removed = table.filter(pc.invert(gone)), table.filter(gone)
     dim = int(meta[b"dim"])
     flat = adds.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False) if adds.num_rows else np.zeros(0, np.float32)
-    return Overlay(meta[b"base"].decode(), int(meta[b"base_items"]), np.sort(removed),
+    return Overlay(meta[b"base"].decode(), removed.column("item_id").to_pylist(), removed.column("text_hash").to_pylist(),
                    adds.column("item_id").to_pylist(), adds.column("text_hash").to_pylist(),
                    np.asarray(flat, np.float32).reshape(adds.num_rows, dim))
 
@@ -85,13 +103,13 @@ def write_overlay(files, relative: str, overlay: Overlay) -> dict[str, str]:
 
     n, dim = len(overlay.ids), max(overlay.vectors.shape[1], 1) if overlay.vectors.ndim == 2 else 1
     vectors = pa.FixedSizeListArray.from_arrays(pa.array(overlay.vectors.reshape(-1), pa.float32()), dim)
-    nulls = len(overlay.removed)
+    gone = len(overlay.removed_ids)
     table = pa.table({
-        "item_id": pa.concat_arrays([pa.array(overlay.ids, pa.string()), pa.nulls(nulls, pa.string())]),
-        "text_hash": pa.concat_arrays([pa.array(overlay.text_hashes, pa.string()), pa.nulls(nulls, pa.string())]),
-        "vector": pa.concat_arrays([vectors, pa.nulls(nulls, vectors.type)]),
-        "removed_position": pa.concat_arrays([pa.nulls(n, pa.int64()), pa.array(overlay.removed, pa.int64())]),
-    }).replace_schema_metadata({"base": overlay.base, "base_items": str(overlay.base_items), "dim": str(dim)})
+        "item_id": pa.array(overlay.ids + overlay.removed_ids, pa.string()),
+        "text_hash": pa.array(overlay.text_hashes + overlay.removed_hashes, pa.string()),
+        "vector": pa.concat_arrays([vectors, pa.nulls(gone, vectors.type)]),
+        "removed": pa.array([False] * n + [True] * gone, pa.bool_()),
+    }).replace_schema_metadata({"base": overlay.base, "dim": str(dim)})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     data = sink.getvalue().to_pybytes()
@@ -106,7 +124,7 @@ def _keys(item_ids, hashes) -> pa.Array:
 def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
                  vectors_of: Callable[[list[str]], np.ndarray], max_share: float) -> Overlay | None:
     """The overlay that brings the published index `previous` (a base or an overlay) to the items
-    `ids` whose vectors embed `text_hashes`: the base's positions whose key is gone are removed,
+    `ids` whose vectors embed `text_hashes`: the base's items whose key is gone are removed,
     and every item the base's live positions lack is in the overlay (its vector taken from the
     previous overlay when it was there, else from `vectors_of`). None when the base has no text
     hashes or the overlay would pass `max_share` of the base: then the index is folded."""
@@ -120,11 +138,11 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
     # a position an in-place update removed has a null key: the base's ids already skip it
     held = pc.is_valid(before).to_numpy(zero_copy_only=False)
     alive = pc.fill_null(pc.is_in(before, value_set=now), False)
-    removed = np.flatnonzero(held & ~alive.to_numpy(zero_copy_only=False)).astype(np.int64)
+    removed = pa.array(held & ~alive.to_numpy(zero_copy_only=False))
     missing = pc.invert(pc.is_in(now, value_set=before.filter(alive)))
     add_ids = pa.array(ids, pa.string()).filter(missing)
     add_hashes = pa.array(text_hashes, pa.string()).filter(missing)
-    if len(removed) + len(add_ids) > max_share * int(held.sum()):
+    if pc.sum(removed).as_py() + len(add_ids) > max_share * int(held.sum()):
         return None
     vectors = np.zeros((0, 1), np.float32)
     if len(add_ids):
@@ -139,7 +157,9 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
             vectors[at >= 0] = old.vectors[at[at >= 0]]
         if got is not None:
             vectors[fresh] = got
-    return Overlay(base, base_ids.num_rows, removed, add_ids.to_pylist(), add_hashes.to_pylist(), vectors)
+    return Overlay(base, base_ids.column("item_id").combine_chunks().filter(removed).to_pylist(),
+                   base_ids.column("text_hash").combine_chunks().filter(removed).to_pylist(),
+                   add_ids.to_pylist(), add_hashes.to_pylist(), vectors)
 
 
 class LayeredIndex:
@@ -149,17 +169,18 @@ class LayeredIndex:
     def __init__(self, base, overlay: Overlay):
         import faiss
 
-        base_ids = list(base.ids)
-        for p in overlay.removed.tolist():
-            base_ids[p] = None
-        self.base = VectorIndex(base_ids, base.index, base.text_hashes)
+        if base.text_hashes is None:
+            raise ValueError(f"the base {overlay.base} of a vector overlay records no text hashes")
+        skip = pc.is_in(_keys(base.ids, base.text_hashes), value_set=_keys(overlay.removed_ids, overlay.removed_hashes))
+        skip = pc.fill_null(skip, False).to_numpy(zero_copy_only=False)
+        base_ids = [None if s else i for i, s in zip(base.ids, skip)]
+        self.base = VectorIndex(base_ids, base.index, [None if s else h for h, s in zip(base.text_hashes, skip)])
         top = faiss.IndexFlatIP(overlay.vectors.shape[1] if len(overlay.ids) else base.index.d)
         if len(overlay.ids):
             top.add(np.ascontiguousarray(overlay.vectors, dtype=np.float32))
         self.top = VectorIndex(list(overlay.ids), top, list(overlay.text_hashes))
         self.ids = self.base.ids + self.top.ids
-        hashes = base.text_hashes
-        self.text_hashes = None if hashes is None else list(hashes) + self.top.text_hashes
+        self.text_hashes = self.base.text_hashes + self.top.text_hashes
         self.overlay_size = overlay.size()
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
@@ -173,9 +194,9 @@ class LayeredIndex:
         return self.base.reconstruct(position) if position < n else self.top.reconstruct(position - n)
 
     def folded(self):
-        """One VectorIndex: the overlay's vectors added to the base's HNSW graph (what an update
-        does when the overlay has grown past its share)."""
+        """One VectorIndex: the overlay's vectors added to the base's index (what an update does
+        when the overlay has grown past its share; update_index then applies to an HNSW base, and
+        a flat one is rebuilt)."""
         if len(self.top.ids):
             self.base.index.add(np.ascontiguousarray(self.top.index.reconstruct_n(0, len(self.top.ids)), dtype=np.float32))
-        hashes = None if self.text_hashes is None else self.text_hashes
-        return VectorIndex(self.ids, self.base.index, hashes)
+        return VectorIndex(self.ids, self.base.index, self.text_hashes)

@@ -19,10 +19,10 @@ from graphwright.engines.vectors import (
 from graphwright.engines.vectors.overlay import (
     OVERLAY_SUFFIX,
     LayeredIndex,
-    base_of,
     is_overlay,
     load_index,
     next_overlay,
+    readable_base,
     write_overlay,
 )
 from graphwright.storage import manifest
@@ -84,8 +84,10 @@ def published_vector_file(store: IndexStore, kind: str) -> str | None:
         return None
     if relative is None or not store.files.exists(relative):
         return None
-    if is_overlay(relative) and not store.files.exists(base_of(store.files, relative)):
-        return None
+    if is_overlay(relative):  # an overlay whose base is gone, or that cannot be read, is rebuilt
+        base = readable_base(store.files, relative)
+        if base is None or not store.files.exists(base):
+            return None
     return relative
 
 
@@ -114,7 +116,7 @@ def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], 
                 continue
             try:
                 rows = read_data_file(store, "embeddings", path, ["model", "item_id", "text_hash", "vector"] + ([] if partitioned else ["kind"]))
-            except (OSError, ValueError):  # vacuumed since: the scan below finds it
+            except Exception:  # noqa: BLE001 - vacuumed since (NotFoundError on an object store): the scan below finds it
                 continue
             mine = pc.equal(rows.column("model"), model)
             rows = rows.filter(mine if partitioned else pc.and_(mine, pc.equal(rows.column("kind"), kind)))
