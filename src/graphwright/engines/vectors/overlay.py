@@ -181,7 +181,6 @@ class LayeredIndex:
         self.top = VectorIndex(list(overlay.ids), top, list(overlay.text_hashes))
         self.ids = self.base.ids + self.top.ids
         self.text_hashes = self.base.text_hashes + self.top.text_hashes
-        self.overlay_size = overlay.size()
 
     def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         merged = []
