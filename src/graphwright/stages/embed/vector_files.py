@@ -54,9 +54,8 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
 
     index = None
     updatable = may_update(cfg.vectors, keys.num_rows) and not rebuild
-    published = published_vector_file(store, kind) if updatable else None
+    published, pinned = published_vector_file(store, kind) if updatable else (None, None)
     if published is not None and cfg.vectors.overlay_max_share > 0:
-        pinned = manifest.load_manifest(store)["table_versions"].get("embeddings")
         overlay = next_overlay(store.files, published, keys.column("item_id").combine_chunks(),
                                keys.column("text_hash").combine_chunks(),
                                lambda wanted: recent_vectors(store, kind, model, wanted, keys, pinned, vectors_of),
@@ -76,19 +75,21 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
     return relative, save_to(store.files, relative, index)
 
 
-def published_vector_file(store: IndexStore, kind: str) -> str | None:
-    """The latest published version's vector index file of `kind` (a base or an overlay), if it has one."""
+def published_vector_file(store: IndexStore, kind: str) -> tuple[str | None, int | None]:
+    """The latest published version's vector index file of `kind` (a base or an overlay), if it
+    has a usable one, and the embeddings table version it pins."""
     try:
-        relative = manifest.load_manifest(store)["vector_indexes"].get(kind)
+        latest = manifest.load_manifest(store)
     except manifest.NoPublishedVersion:
-        return None
+        return None, None
+    relative, pinned = latest["vector_indexes"].get(kind), latest["table_versions"].get("embeddings")
     if relative is None or not store.files.exists(relative):
-        return None
+        return None, pinned
     if is_overlay(relative):  # an overlay whose base is gone, or that cannot be read, is rebuilt
         base = readable_base(store.files, relative)
         if base is None or not store.files.exists(base):
-            return None
-    return relative
+            return None, pinned
+    return relative, pinned
 
 
 def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], keys: pa.Table, since: int | None,
