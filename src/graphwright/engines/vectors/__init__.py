@@ -17,11 +17,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphwright.config import VectorConfig
+from graphwright.storage.diff import key_column
 
 # An HNSW index is updated in place (new vectors added, removed ones skipped by search) while
 # the removed vectors are at most this share of those it holds; beyond it, it is rebuilt.
 MAX_REMOVED_SHARE = 0.2
 HNSW_M = 32  # neighbours per vector and level in faiss's HNSW graph
+ITEM_KEY = ("item_id", "text_hash")  # what a vector embeds: an item's text
 
 
 @dataclass
@@ -127,6 +129,11 @@ def _empty_faiss(dim: int, count: int, config: VectorConfig):
     return faiss.IndexFlatIP(dim)
 
 
+def item_keys(item_ids, hashes) -> pa.Array:
+    """Each item's key, its id and the hash of the text its vector embeds (null where the id is)."""
+    return key_column(pa.table({"item_id": pa.array(item_ids, pa.string()), "text_hash": pa.array(hashes, pa.string())}), ITEM_KEY)
+
+
 def may_update(config: VectorConfig, items: int) -> bool:
     """Whether an index of `items` vectors built with `config` is one update_index can update
     (a faiss HNSW index): worth loading the previous index for."""
@@ -145,11 +152,7 @@ def update_index(previous: VectorIndex, ids: list[str], text_hashes: list[str],
 
     if not may_update(config, len(ids)) or previous.text_hashes is None or not isinstance(previous.index, faiss.IndexHNSWFlat):
         return None
-
-    def keys(item_ids, hashes):
-        return pc.binary_join_element_wise(pa.array(item_ids, pa.string()), pa.array(hashes, pa.string()), "\x1f")
-
-    before, now = keys(previous.ids, previous.text_hashes), keys(ids, text_hashes)
+    before, now = item_keys(previous.ids, previous.text_hashes), item_keys(ids, text_hashes)
     alive = pc.fill_null(pc.is_in(before, value_set=now), False)  # a removed position's key is null
     if len(previous.ids) - pc.sum(alive).as_py() > MAX_REMOVED_SHARE * len(previous.ids):
         return None

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphwright.engines.vectors import VectorIndex, ids_path, load_from
+from graphwright.engines.vectors import ITEM_KEY, VectorIndex, ids_path, item_keys, load_from
+from graphwright.storage.diff import key_column
 
 OVERLAY_SUFFIX = ".overlay.parquet"
 
@@ -117,10 +118,6 @@ def write_overlay(files, relative: str, overlay: Overlay) -> dict[str, str]:
     return {relative: hashlib.sha256(data).hexdigest()}
 
 
-def _keys(item_ids, hashes) -> pa.Array:
-    return pc.binary_join_element_wise(pa.array(item_ids, pa.string()), pa.array(hashes, pa.string()), "\x1f")
-
-
 def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
                  vectors_of: Callable[[list[str]], np.ndarray], max_share: float) -> Overlay | None:
     """The overlay that brings the published index `previous` (a base or an overlay) to the items
@@ -133,8 +130,8 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
     base_ids = _read(files, ids_path(base))
     if "text_hash" not in base_ids.column_names:
         return None
-    now = _keys(ids, text_hashes)
-    before = _keys(base_ids.column("item_id").combine_chunks(), base_ids.column("text_hash").combine_chunks())
+    now = item_keys(ids, text_hashes)
+    before = key_column(base_ids, ITEM_KEY)
     # a position an in-place update removed has a null key: the base's ids already skip it
     held = pc.is_valid(before).to_numpy(zero_copy_only=False)
     alive = pc.fill_null(pc.is_in(before, value_set=now), False)
@@ -146,10 +143,10 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
         return None
     vectors = np.zeros((0, 1), np.float32)
     if len(add_ids):
-        add_keys = _keys(add_ids, add_hashes)
+        add_keys = item_keys(add_ids, add_hashes)
         at = np.full(len(add_ids), -1, np.int64)
         if old is not None and old.ids:  # still current in the previous overlay: its vector is there
-            at = pc.index_in(add_keys, value_set=_keys(old.ids, old.text_hashes)).fill_null(-1).to_numpy(zero_copy_only=False)
+            at = pc.index_in(add_keys, value_set=item_keys(old.ids, old.text_hashes)).fill_null(-1).to_numpy(zero_copy_only=False)
         fresh = np.flatnonzero(at < 0)
         got = vectors_of(add_ids.take(pa.array(fresh)).to_pylist()) if len(fresh) else None
         vectors = np.zeros((len(add_ids), got.shape[1] if got is not None else old.vectors.shape[1]), np.float32)
@@ -171,7 +168,7 @@ class LayeredIndex:
 
         if base.text_hashes is None:
             raise ValueError(f"the base {overlay.base} of a vector overlay records no text hashes")
-        skip = pc.is_in(_keys(base.ids, base.text_hashes), value_set=_keys(overlay.removed_ids, overlay.removed_hashes))
+        skip = pc.is_in(item_keys(base.ids, base.text_hashes), value_set=item_keys(overlay.removed_ids, overlay.removed_hashes))
         skip = pc.fill_null(skip, False).to_numpy(zero_copy_only=False)
         base_ids = [None if s else i for i, s in zip(base.ids, skip)]
         self.base = VectorIndex(base_ids, base.index, [None if s else h for h, s in zip(base.text_hashes, skip)])

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.config import PipelineConfig
 from graphwright.engines.vectors import (
+    ITEM_KEY,
     build_index_from_batches,
     may_update,
     save_to,
@@ -27,6 +28,7 @@ from graphwright.engines.vectors.overlay import (
 )
 from graphwright.storage import manifest
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.diff import key_column
 from graphwright.util.numeric import to_numpy
 
 
@@ -102,9 +104,7 @@ def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], 
     from graphwright.storage.patch import read_data_file
 
     now = store.version("embeddings")
-    wanted_ids = pa.array(wanted, pa.string())
-    hashes = keys.column("text_hash").combine_chunks().take(pc.index_in(wanted_ids, value_set=keys.column("item_id").combine_chunks()))
-    want_keys = pc.binary_join_element_wise(wanted_ids, hashes, "\x1f")
+    want_keys = key_column(keys.take(pc.index_in(pa.array(wanted, pa.string()), value_set=keys.column("item_id").combine_chunks())), ITEM_KEY)
     matrix, found = None, np.zeros(len(wanted), dtype=bool)
     # newest first: the stage appends its vectors after its deletes, which rewrite whole files
     for version in range(now, since, -1) if since is not None and now is not None else ():
@@ -121,8 +121,7 @@ def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], 
                 continue
             mine = pc.equal(rows.column("model"), model)
             rows = rows.filter(mine if partitioned else pc.and_(mine, pc.equal(rows.column("kind"), kind)))
-            at = pc.index_in(pc.binary_join_element_wise(rows.column("item_id"), rows.column("text_hash"), "\x1f"),
-                             value_set=want_keys).fill_null(-1).to_numpy(zero_copy_only=False)
+            at = pc.index_in(key_column(rows, ITEM_KEY), value_set=want_keys).fill_null(-1).to_numpy(zero_copy_only=False)
             take = np.flatnonzero((at >= 0) & ~found[np.maximum(at, 0)])
             if not len(take):
                 continue
