@@ -41,6 +41,7 @@ METRICS = ("recall@5", "recall@10", "all_gold@10", "answer@10", "answer_words@10
 ABLATION = {
     "graph -facts": {"graph_facts": 0},
     "graph -links": {"graph_links": False},
+    "graph -name matches": {"graph_name_matches": 0},
     "graph -synonyms": {"graph_synonym_weight": 0.0},
     "graph -relationship edges": {"graph_relationship_weight": 0.0},
     "graph -passage seeds": {"graph_passage_weight": 0.0},

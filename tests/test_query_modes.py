@@ -17,6 +17,7 @@ from graphwright.ids import doc_id
 from graphwright.query import query
 from graphwright.query.evaluate import evaluate, load_questions
 from graphwright.query.global_search import NO_DATA, covering_communities
+from graphwright.query.graph_seeds import NAME_MATCH_CAP, linked_entities
 from graphwright.query.keywords import question_keywords
 from graphwright.query.searcher import MODES, Searcher
 
@@ -135,6 +136,24 @@ def test_a_fact_the_question_matches_seeds_both_its_entities(small_graph):
     assert "mended nets" in result["facts"][0]["description"]
     assert {s["name"] for s in result["seeds"]} == {"Esk Marrow", "Brin Tallow"}  # no name in the question
     assert _keys(result)[0] == "brin.txt"
+
+
+def test_a_name_bm25_matches_in_part_seeds_its_entity(small_graph):
+    # "Quill" is no entity's whole name or alias, nor near enough to one by embedding
+    question = "What did Quill paint?"
+    assert not graph_search(small_graph, question, graph_name_matches=0)["seeds"]
+    result = graph_search(small_graph, question, graph_name_matches=5)
+    assert [s["name"] for s in result["seeds"]] == ["Fenna Quill"]  # not Tam Reed, its neighbour
+    assert _keys(result) == ["far.txt"]
+
+
+def test_a_named_entity_links_above_a_name_matched_in_part(small_graph):
+    searcher = Searcher(str(small_graph))
+    searcher.config = make_config(query={"graph_name_matches": 5})
+    question = "Did Esk Marrow sail with Orla?"
+    names = {e["entity_id"]: e["name"] for e in searcher.index.read("entities", columns=["entity_id", "name"]).to_pylist()}
+    scores = {names[e]: s for e, s in linked_entities(searcher, question, searcher.embedder.encode([question])[0]).items()}
+    assert scores["Esk Marrow"] == 1.0 and 0 < scores["Orla Finch"] <= NAME_MATCH_CAP
 
 
 def test_passage_seeds_add_the_chunks_the_fused_ranking_finds(small_graph):

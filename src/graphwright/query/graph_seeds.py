@@ -11,7 +11,9 @@ matches and from the names it links, and passage seeds from the fused dense + BM
 - Links: the entities named in the question (names and aliases as word n-grams) score 1; each
   name-like key of the question (keywords.question_keywords) links to those of its
   `graph_seeds_per_key` nearest entity names (embed.entity_names; else entity vectors) that it
-  would be a synonym of (similarity at least search_index.synonym_threshold), by similarity.
+  would be a synonym of (similarity at least search_index.synonym_threshold), by similarity;
+  the `graph_name_matches` entity names (and aliases) BM25 ranks best for the question score
+  their BM25 score over the best one's, times NAME_MATCH_CAP.
 - Node specificity: an entity's score is divided by the number of chunks it is mentioned in and
   averaged over the facts it occurs in; the `graph_link_top` best entities are kept.
 - Passages: every chunk of the fused ranking (`graph_passage_candidates` deep) scores its
@@ -24,6 +26,9 @@ import numpy as np
 
 from graphwright.query.fusion import ranked_chunks
 from graphwright.query.keywords import question_keywords
+
+
+NAME_MATCH_CAP = 0.9  # a name BM25 matches in part links less than a name the question contains
 
 
 def minmax(scores: list[float]) -> list[float]:
@@ -68,6 +73,12 @@ def linked_entities(searcher, question: str, q: np.ndarray) -> dict[str, float]:
             for e, s in searcher.nearest(kind, v, qc.graph_seeds_per_key):
                 if s >= floor:
                     scores[e] = max(scores.get(e, 0.0), s)
+    if qc.graph_name_matches and searcher.lexical("entity") is not None:
+        ranked = searcher.lexical_search("entity", question, qc.graph_name_matches)
+        best = max((s for _, s in ranked), default=0.0)
+        for e, s in ranked:
+            if best > 0 and s > 0:
+                scores[e] = max(scores.get(e, 0.0), NAME_MATCH_CAP * s / best)
     for e in searcher.named_entities(question):
         scores[e] = 1.0
     return scores
