@@ -56,16 +56,18 @@ def _embed(run, m: dict) -> dict:
         counts[kind] = {"embedded": todo.num_rows, "reused": len(items) - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB
     del items, have, todo
-    todo = pa.concat_tables(todo_parts)
+    todo = embedding_order(todo_parts, cfg.execution.commit_every)
     todo_parts.clear()
-    # similar lengths in a batch waste less compute on padding
-    todo = todo.take(pc.sort_indices(pc.utf8_length(todo["text"])))
     pending: list[pa.Table] = []
     embedded = todo.num_rows
     for batch in _embedded(run, todo):
+        if not batch.num_rows:
+            continue
         pending.append(batch)
-        if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
-            _commit_vectors(store, model, pending)
+        # batches that come back out of order keep windows open: a few windows' rows at most wait
+        crowded = sum(t.num_rows for t in pending) >= 4 * cfg.execution.commit_every
+        if crowded or _window_of(pending[-1], pc.max) > _window_of(pending[0]):  # a window is complete
+            _commit_vectors(store, model, pending, keep_open=not crowded)
     _commit_vectors(store, model, pending)
     del todo  # the texts are not needed while the indexes are built
     files, digests = {}, {}
@@ -157,11 +159,43 @@ def _text_hashes(model: str, texts: pa.ChunkedArray, batch: int = 65_536) -> pa.
                                       pa.string()) for o in range(0, len(texts), batch)], pa.string())
 
 
-def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table]) -> None:
+def embedding_order(parts: list[pa.Table], window: int) -> pa.Table:
+    """The items to embed, each kind's in table order (a document's chunks together), cut into
+    windows of `window` rows (a `window` column) and sorted by text length inside each window:
+    similar lengths in a batch waste less compute on padding, and a window's vectors are
+    committed together. So one data file holds the vectors of neighbouring items, and an update's
+    DELETE of a document's stale vectors rewrites the file or two that hold them. Sorted by
+    length across the whole table, they had been spread over every file of the partition (the
+    DELETE took 14 s of a 0.1% update at 1.2M chunks)."""
+    tables, first = [], 0
+    for part in parts:
+        windows = first + np.arange(part.num_rows, dtype=np.int64) // max(window, 1)
+        first = int(windows[-1]) + 1 if part.num_rows else first
+        tables.append(part.append_column("window", pa.array(windows, pa.int64())))
+    todo = pa.concat_tables(tables)
+    keys = pa.table({"window": todo.column("window"), "length": pc.utf8_length(todo.column("text"))})
+    return todo.take(pc.sort_indices(keys, sort_keys=[("window", "ascending"), ("length", "ascending")]))
+
+
+def _window_of(batch: pa.Table, first_or_last=pc.min) -> int:
+    return first_or_last(batch.column("window")).as_py()
+
+
+def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table], keep_open: bool = False) -> None:
+    """Append the pending vectors: all of them, or (`keep_open`) all but those of the newest
+    batch's last window, which later batches may add to."""
     if not pending:
         return
+    open_window = _window_of(pending[-1], pc.max)
     table = pa.concat_tables(pending)
     pending.clear()
+    if keep_open:
+        done = pc.less(table.column("window"), open_window)
+        if not pc.all(done).as_py():
+            pending.append(table.filter(pc.invert(done)))
+        table = table.filter(done)
+        if not table.num_rows:
+            return
     # appended: the stage deleted these items' stale rows, and a rerun skips items already stored
     store.append("embeddings", pa.table({
         "kind": table.column("kind"),

@@ -1,0 +1,46 @@
+"""Where the embed stage's vectors land: a window of neighbouring items per data file, so that an
+update's DELETE of a document's stale vectors rewrites one file, not every file of the partition."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from _helpers import make_config, run
+from deltalake import DeltaTable
+
+from graphwright.stages.embed import embedding_order
+
+WORDS = "amber birch cedar delta ember fjord grove heath inlet juniper kestrel larch meadow".split()
+
+
+def test_items_are_sorted_by_length_inside_windows_of_table_order():
+    chunks = pa.table({"kind": ["chunk"] * 5, "item_id": list("abcde"), "text": ["xxxx", "x", "xxx", "xx", "xxxxx"]})
+    reports = pa.table({"kind": ["report"] * 2, "item_id": list("fg"), "text": ["yy", "y"]})
+    todo = embedding_order([chunks, reports], 3)
+    assert todo.column("item_id").to_pylist() == ["b", "c", "a", "d", "e", "g", "f"]
+    # windows never straddle two kinds: the reports start a window of their own
+    assert todo.column("window").to_pylist() == [0, 0, 0, 1, 1, 2, 2]
+
+
+def _chunk_files(index) -> set[str]:
+    table = DeltaTable(str(index / "tables" / "embeddings"))
+    return {p for p in table.file_uris() if "kind=chunk" in p}
+
+
+def test_an_update_rewrites_only_the_file_holding_the_changed_documents_vectors(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    # one chunk each, of four lengths in turn: sorted by length over the whole table, the four
+    # documents edited below would sit in four files
+    for i in range(16):
+        words = [f"{WORDS[(i + k) % len(WORDS)]}{i}" for k in range(3 + 6 * (i % 4))]
+        (corpus / f"doc-{i:02d}.txt").write_text(" ".join(words) + ".\n")
+    config = make_config(execution={"commit_every": 4}, embed={"batch_size": 2})
+    run([corpus], tmp_path / "index", config)
+    before = _chunk_files(tmp_path / "index")
+    assert len(before) >= 4
+    for i in range(4):
+        path = corpus / f"doc-{i:02d}.txt"
+        path.write_text(path.read_text().strip() + " An edition added this.\n")
+    run([corpus], tmp_path / "index", config)
+    removed = before - _chunk_files(tmp_path / "index")
+    assert len(removed) == 1
