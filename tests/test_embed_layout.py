@@ -7,7 +7,7 @@ import pyarrow as pa
 from _helpers import make_config, run
 from deltalake import DeltaTable
 
-from graphwright.stages.embed import embedding_order
+from graphwright.stages.embed import _chunks_to_embed, embedding_order
 
 WORDS = "amber birch cedar delta ember fjord grove heath inlet juniper kestrel larch meadow".split()
 
@@ -44,3 +44,24 @@ def test_an_update_rewrites_only_the_file_holding_the_changed_documents_vectors(
     run([corpus], tmp_path / "index", config)
     removed = before - _chunk_files(tmp_path / "index")
     assert len(removed) == 1
+
+
+class _Lookup:
+    """A store whose lookups answer in their own order (a Delta join's, or by key group)."""
+
+    def __init__(self, chunks: pa.Table):
+        self.chunks = chunks
+
+    def rows_in(self, name, column, values, columns):
+        wanted = set(values)
+        return self.chunks.filter(pa.array([c in wanted for c in self.chunks.column(column).to_pylist()])).select(columns)
+
+
+def test_new_chunks_are_embedded_in_table_order_whatever_order_the_lookup_returns():
+    ids = [f"c{i}" for i in range(6)]
+    chunks = pa.table({"chunk_id": ids[::-1], "text": [f"text {c}" for c in ids[::-1]]})
+    have = pa.table({"item_id": ["c1"], "text_hash": ["h"]})
+    todo, stale = _chunks_to_embed(_Lookup(chunks), "m", pa.chunked_array([ids]), have)
+    assert todo.column("item_id").to_pylist() == ["c0", "c2", "c3", "c4", "c5"]
+    assert todo.column("text").to_pylist() == ["text c0", "text c2", "text c3", "text c4", "text c5"]
+    assert stale.to_pylist() == []

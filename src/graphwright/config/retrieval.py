@@ -62,8 +62,9 @@ class QueryConfig(_Section):
     graph_links: bool = True  # also seed the entities the question names or whose names its keys match
     graph_link_top: int = Field(5, ge=1)  # entity seeds kept
     graph_seeds_per_key: int = Field(2, ge=1)  # nearest entity names of each name-like key of the question
-    # also link the entities whose names (and aliases) BM25 ranks best for the question, scored
-    # by their BM25 score over the best one's, below a named entity's 1 (0: none). "Kynance
+    # also link the entities whose names (and aliases) BM25 ranks best for the question, with a
+    # link score of 0.9 x their BM25 score over the best one's (a named entity's is 1; node
+    # specificity applies to both afterwards) (0: none). "Kynance
     # Sands" for a question about "Kynance Cove": a name the question shares a rare word with
     # (docs/benchmarks.md, Retrieval: 5 to 40 gain the same, 20 is the middle)
     graph_name_matches: int = Field(20, ge=0)

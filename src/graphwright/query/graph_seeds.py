@@ -28,7 +28,7 @@ from graphwright.query.fusion import ranked_chunks
 from graphwright.query.keywords import question_keywords
 
 
-NAME_MATCH_CAP = 0.9  # a name BM25 matches in part links less than a name the question contains
+NAME_MATCH_CAP = 0.9  # a name BM25 matches in part links with less than a name the question contains
 
 
 def minmax(scores: list[float]) -> list[float]:
@@ -62,7 +62,10 @@ def matched_facts(searcher, question: str, q: np.ndarray) -> list[tuple[dict, fl
 
 
 def linked_entities(searcher, question: str, q: np.ndarray) -> dict[str, float]:
-    """Entity id -> link score: 1 for an entity the question names, else its nearest-name similarity."""
+    """Entity id -> link score: 1 for an entity the question names; else the larger of its
+    nearest-name similarity and, for the `graph_name_matches` names BM25 ranks best for the
+    question, NAME_MATCH_CAP x its BM25 score over the best one's. (A link score; node
+    specificity divides it by the entity's chunks afterwards, in entity_seeds.)"""
     qc = searcher.config.query
     kind = "entity_name" if searcher.has_vectors("entity_name") else "entity"
     scores: dict[str, float] = {}
@@ -90,7 +93,7 @@ def entity_seeds(searcher, question: str, q: np.ndarray) -> tuple[dict[int, floa
     graph = searcher.graph
     facts = matched_facts(searcher, question, q)
     linked = linked_entities(searcher, question, q) if qc.graph_links or qc.graph_fact_filter == "linked" else {}
-    if qc.graph_fact_filter == "linked":  # a fact fits the question when it involves an entity the question names
+    if qc.graph_fact_filter == "linked":  # a fact fits the question when it involves an entity the question links
         facts = [(r, s) for r, s in facts if r["source_id"] in linked or r["target_id"] in linked][: qc.graph_facts]
     sums: dict[str, list[float]] = {}
     for row, score in facts:

@@ -98,6 +98,8 @@ def _chunks_to_embed(store: IndexStore, model: str, chunk_ids: pa.ChunkedArray, 
     fresh = chunk_ids.filter(pc.invert(pc.is_in(chunk_ids, value_set=stored)))
     stale = pc.unique(stored.filter(pc.invert(pc.is_in(stored, value_set=chunk_ids))))
     new = store.rows_in("chunks", "chunk_id", fresh.to_pylist(), ["chunk_id", "text"])
+    # in table order, as `chunk_ids` lists them (a lookup returns its own order): a document's chunks together
+    new = new.take(pc.sort_indices(pc.index_in(new.column("chunk_id"), value_set=fresh.combine_chunks())))
     return pa.table({"item_id": new.column("chunk_id"), "text": new.column("text"),
                      "text_hash": _text_hashes(model, new.column("text"))}), stale
 
@@ -182,8 +184,8 @@ def _window_of(batch: pa.Table, first_or_last=pc.min) -> int:
 
 
 def _commit_vectors(store: IndexStore, model: str, pending: list[pa.Table], keep_open: bool = False) -> None:
-    """Append the pending vectors: all of them, or (`keep_open`) all but those of the newest
-    batch's last window, which later batches may add to."""
+    """Append the pending vectors: all of them, or (`keep_open`) those of the windows before the
+    newest batch's last one (the rest wait: later batches may add to them)."""
     if not pending:
         return
     open_window = _window_of(pending[-1], pc.max)
