@@ -62,6 +62,9 @@ def test_new_chunks_are_embedded_in_table_order_whatever_order_the_lookup_return
     chunks = pa.table({"chunk_id": ids[::-1], "text": [f"text {c}" for c in ids[::-1]]})
     have = pa.table({"item_id": ["c1"], "text_hash": ["h"]})
     todo, stale = _chunks_to_embed(_Lookup(chunks), "m", pa.chunked_array([ids]), have)
-    assert todo.column("item_id").to_pylist() == ["c0", "c2", "c3", "c4", "c5"]
-    assert todo.column("text").to_pylist() == ["text c0", "text c2", "text c3", "text c4", "text c5"]
     assert stale.to_pylist() == []
+    ordered = embedding_order([todo.add_column(0, "kind", pa.array(["chunk"] * todo.num_rows))], 2)
+    assert ordered.column("item_id").to_pylist() == ["c0", "c2", "c3", "c4", "c5"]
+    assert ordered.column("text").to_pylist() == ["text c0", "text c2", "text c3", "text c4", "text c5"]
+    assert ordered.column("window").to_pylist() == [0, 0, 1, 1, 2]
+    assert "order" not in ordered.column_names
