@@ -90,6 +90,7 @@ def test_graphrag_tables_follow_graphrag_columns_and_our_ids(published):
         assert c["parent"] == -1 if c["level"] == 0 else by_number[c["parent"]]["level"] == c["level"] - 1
         assert all(by_number[k]["parent"] == c["community"] for k in c["children"])
         assert set(c["entity_ids"]) <= set(entities)
+        assert c["text_unit_ids"] == sorted({t for e in c["entity_ids"] for t in entities[e]["chunk_ids"]})  # assembled here
     reports = published.read("community_reports").to_pylist()
     assert len(tables["community_reports"]) == len(reports) > 0
     for r in tables["community_reports"]:

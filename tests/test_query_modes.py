@@ -245,7 +245,22 @@ def test_global_without_llm_ranks_reports_with_chunk_provenance(indexed):
         assert e["kind"] == "report" and e["community_id"] in covering
         assert e["chunk_id"] in e["chunk_ids"] and e["doc_id"] in e["doc_ids"]
     community = {c["community_id"]: c for c in searcher.communities}
-    assert all(set(e["chunk_ids"]) <= set(community[e["community_id"]]["chunk_ids"]) for e in result["evidence"])
+    entities = searcher.index.read("entities", columns=["entity_id", "chunk_ids"]).to_pylist()
+    chunks_of = {e["entity_id"]: e["chunk_ids"] for e in entities}
+    for e in result["evidence"]:  # the chunks of its members, from the passage graph
+        members = community[e["community_id"]]["entity_ids"]
+        assert e["chunk_ids"] == sorted({c for m in members for c in chunks_of[m]})
+        assert len(e["chunk_ids"]) == community[e["community_id"]]["n_chunks"]
+
+
+def test_a_communitys_chunks_are_its_members_with_or_without_the_passage_graph(indexed, monkeypatch):
+    searcher = Searcher(str(indexed))
+    assert searcher.has_graph
+    with_graph = {c["community_id"]: searcher.community_chunks(c) for c in searcher.communities}
+    monkeypatch.setattr(Searcher, "has_graph", property(lambda self: False))
+    plain = Searcher(str(indexed))
+    assert {c["community_id"]: plain.community_chunks(c) for c in plain.communities} == with_graph
+    assert all(len(with_graph[c["community_id"]]) == c["n_chunks"] for c in searcher.communities)
 
 
 def test_global_drops_zero_scored_points_and_cites_reports(indexed, with_llm):

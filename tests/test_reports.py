@@ -51,7 +51,7 @@ def community(level, keys, rels, children=(), parent=None, chunks=("c1",)):
     members = sorted(ids.entity_id(k) for k in keys)
     return {"community_id": ids.community_id(level, members), "human_id": 0, "level": level, "parent_id": parent,
             "children_ids": list(children), "entity_ids": members, "relationship_ids": sorted(r["relationship_id"] for r in rels),
-            "chunk_ids": list(chunks), "size": len(members)}
+            "n_chunks": len(set(chunks)), "size": len(members)}
 
 
 def small_world():
@@ -168,8 +168,8 @@ def test_reports_on_the_indexed_corpus(indexed):
             assert segmentable(report["summary"], sentences_of([k["summary"] for k in kids]))
 
 
-def test_reports_from_chunk_counts_and_fetched_descriptions_equal_reports_from_whole_tables():
-    """What the report stage reads at scale: chunk-list lengths, and only the descriptions used."""
+def test_reports_from_fetched_descriptions_equal_reports_from_whole_tables():
+    """What the report stage reads at scale: only the descriptions used."""
     import pyarrow.compute as pc
 
     comms, ents, rels = small_world()
@@ -181,11 +181,10 @@ def test_reports_from_chunk_counts_and_fetched_descriptions_equal_reports_from_w
         asked.append(sorted(wanted))
         return rels.filter(pc.is_in(rels.column("relationship_id"), pa.array(wanted))).select(["relationship_id", "description"])
 
-    counted = comms.drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(comms.column("chunk_ids")))
     flagged = rels.select(["relationship_id", "source", "target", "weight"]).append_column(
         "described", pc.greater(pc.utf8_length(rels.column("description")), 0))
     for config in (ReportConfig(), ReportConfig(context_relationships=1, min_size=1)):
-        assert build_reports(counted, ents, flagged, config, descriptions=descriptions).equals(build_reports(comms, ents, rels, config))
+        assert build_reports(comms, ents, flagged, config, descriptions=descriptions).equals(build_reports(comms, ents, rels, config))
     assert asked and extra["relationship_id"] not in asked[0]
 
 

@@ -127,3 +127,38 @@ def test_an_update_writes_only_the_aliases_that_changed(tmp_path):
     assert ch is not None and 0 < len(changed) < len(after_rows)
     assert set(ch.rows.column("alias").to_pylist()) == changed
     assert set(ch.deleted.to_pylist()) == set(before_rows) - set(after_rows)
+
+
+def test_communities_written_with_chunk_lists_are_rewritten_once_without_them(tmp_path):
+    """An index from before communities counted their chunks (each row listed them: nine tenths
+    of the table, rewritten by every update that touched a member) is rewritten whole by the
+    next run, even one in which nothing moved; later updates patch it."""
+    import json
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    store = IndexStore(index)
+    fresh = {r["community_id"]: r["n_chunks"] for r in store.read("communities", columns=["community_id", "n_chunks"]).to_pylist()}
+    chunks_of = dict(zip(*(store.read("entities", columns=["entity_id", "chunk_ids"]).column(c).to_pylist() for c in ("entity_id", "chunk_ids"))))
+    old = store.read("communities").drop_columns(["n_chunks"])
+    lists = [sorted({c for e in members for c in chunks_of[e]}) for members in old.column("entity_ids").to_pylist()]
+    old = old.append_column("chunk_ids", pa.array(lists, pa.list_(pa.string())))
+    write_deltalake(store.path("communities"), old, mode="overwrite", schema_mode="overwrite")
+    note = json.loads((index / "state" / "cluster.json").read_text())  # the note an older layout left
+    note["key"] = note["key"].rsplit("|", 1)[0]
+    (index / "state" / "cluster.json").write_text(json.dumps(note))
+
+    noop = _details(index, _index(src, index, DOCS))
+    assert not noop["cluster"].get("skipped") and noop["cluster"]["columns_retired"] == ["chunk_ids"]
+    assert store.retired_columns("communities") == []
+    assert {r["community_id"]: r["n_chunks"] for r in store.read("communities", columns=["community_id", "n_chunks"]).to_pylist()} == fresh
+    assert all(n == len(cs) for n, cs in zip(old.column("community_id").to_pylist(), lists) for n in [fresh[n]])
+
+    again = _details(index, _index(src, index, DOCS))
+    assert again["cluster"].get("skipped")
+    update = _details(index, _index(src, index, DOCS | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}))
+    assert update["cluster"]["incremental"] and "columns_retired" not in update["cluster"]

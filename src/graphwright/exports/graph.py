@@ -41,7 +41,7 @@ class PublishedGraph:
             relationships=rows("relationships", ["relationship_id", "source_id", "target_id", "source", "target", "description", "weight",
                                                  "chunk_ids", "doc_ids"], lambda r: r["relationship_id"]),
             communities=rows("communities", ["community_id", "human_id", "level", "parent_id", "children_ids", "entity_ids",
-                                             "relationship_ids", "chunk_ids", "size"], lambda r: (r["level"], r["human_id"], r["community_id"])),
+                                             "relationship_ids", "n_chunks", "size"], lambda r: (r["level"], r["human_id"], r["community_id"])),
             reports=rows("community_reports", ["community_id", "level", "title", "summary", "rating", "rating_explanation", "findings",
                                                "full_content"], lambda r: r["community_id"]),
             index=index,

@@ -81,6 +81,7 @@ def tables(graph: PublishedGraph) -> dict[str, pa.Table]:
     for r in graph.relationships:
         for c in r["chunk_ids"]:
             relationships_of_chunk.setdefault(c, []).append(r["relationship_id"])
+    chunks_of_entity = {e["entity_id"]: e["chunk_ids"] for e in graph.entities}  # a community's are its members'
     chunks_of_doc: dict[str, list[str]] = {}
     for c in graph.chunks:
         chunks_of_doc.setdefault(c["doc_id"], []).append(c["chunk_id"])
@@ -108,7 +109,8 @@ def tables(graph: PublishedGraph) -> dict[str, pa.Table]:
         ],
         "communities": [
             {**community_row(c), "title": f"Community {c['human_id']}", "entity_ids": c["entity_ids"],
-             "relationship_ids": c["relationship_ids"], "text_unit_ids": c["chunk_ids"]}
+             "relationship_ids": c["relationship_ids"],
+             "text_unit_ids": sorted({x for e in c["entity_ids"] for x in chunks_of_entity.get(e, ())})}
             for c in graph.communities
         ],
         "community_reports": [

@@ -80,7 +80,7 @@ def rank_reports(searcher, q: np.ndarray, level: int, limit: int) -> list[dict]:
     ranked = sorted(reports.values(), key=lambda r: (-sims.get(r["community_id"], -1.0), -r["rating"], r["community_id"]))[:limit]
     # provenance: the community's chunk nearest the question, and all its chunks and documents
     by_id = {c["community_id"]: c for c in searcher.communities}
-    chunk_ids = {r["community_id"]: by_id[r["community_id"]]["chunk_ids"] for r in ranked}
+    chunk_ids = {r["community_id"]: searcher.community_chunks(by_id[r["community_id"]]) for r in ranked}
     every = sorted({c for cs in chunk_ids.values() for c in cs})
     chunk_sims = searcher.similarity("chunk", q, every)
     doc_of = searcher.chunk_docs(every)

@@ -130,6 +130,18 @@ class Searcher:
         node = self.graph.entity_nodes([entity["entity_id"]])[0]
         return self.graph.ids(self.graph.chunks_of(node)) if node >= 0 else []
 
+    def community_chunks(self, community: dict) -> list[str]:
+        """Every chunk a community's entities are mentioned in, sorted (the communities table
+        counts them; the lists are the entities')."""
+        members = community["entity_ids"]
+        if not self.has_graph:
+            rows = self._read_in("entities", "entity_id", members, ["entity_id", "chunk_ids"])
+            return sorted({c for r in rows for c in r["chunk_ids"]})
+        graph = self.graph
+        nodes = [n for n in graph.entity_nodes(members).tolist() if n >= 0]
+        found = np.unique(np.concatenate([np.empty(0, np.int64), *(graph.chunks_of(n) for n in nodes)]))
+        return sorted(graph.ids(found))
+
     # -- tables ---------------------------------------------------------------------------------
 
     def _read_in(self, table: str, column: str, keys, columns: list[str]) -> list[dict]:
@@ -225,7 +237,7 @@ class Searcher:
 
     @functools.cached_property
     def communities(self) -> list[dict]:
-        return self.index.read("communities", columns=["community_id", "level", "parent_id", "children_ids", "entity_ids", "chunk_ids"]).to_pylist()
+        return self.index.read("communities", columns=["community_id", "level", "parent_id", "children_ids", "entity_ids", "n_chunks"]).to_pylist()
 
     def reports(self, community_ids) -> dict[str, dict]:
         """Community reports by id: the one place reports are read (communities below

@@ -141,6 +141,14 @@ class IndexStore:
         dt = self._table(name)
         return None if dt is None else dt.version()
 
+    def retired_columns(self, name: str) -> list[str]:
+        """Columns the table holds that its contract no longer lists (written by an older layout):
+        a whole rewrite of the table drops them; a patch cannot."""
+        dt = self._table(name)
+        if dt is None:
+            return []
+        return [c for c in dt.schema().to_arrow().names if c not in contracts.schema(name).arrow.names]
+
     def ensure(self, name: str) -> DeltaTable:
         """Create the table empty, with its contract's schema, if it does not exist yet; add the
         columns a newer contract gained (always nullable) to a table written by an older one."""
@@ -252,6 +260,7 @@ class IndexStore:
         # a version written under an older contract lacks the columns added since: read them as nulls
         absent = {f.name for f in _missing_fields(name, dt)}
         select = ", ".join(f'NULL AS "{c}"' if c in absent else f'"{c}"' for c in schema.names)
+        schema = pa.schema([f.with_nullable(True) if f.name in absent else f for f in schema])
         sql = f"SELECT {select} FROM t" + (f" WHERE {where}" if where else "")
         with self._reading(name, dt):
             return schema, QueryBuilder().register("t", dt).execute(sql)

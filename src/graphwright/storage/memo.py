@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 
+from graphwright.storage import contracts
+
 
 class StageMemo:
     """`reads` and `writes`: the stage's tables; `key`: whatever else its output depends on (its
-    configuration); `extra`: what the stage returns that the note must give back when it skips."""
+    configuration; the contract versions of the tables it writes are added, so that a new layout
+    is written once even where no input moved)."""
 
     def __init__(self, store, stage: str, reads: tuple[str, ...], writes: tuple[str, ...], key: str):
-        self.store, self.stage, self.reads, self.writes, self.key = store, stage, reads, writes, key
+        layouts = ",".join(f"{name}:v{contracts.schema(name).version}" for name in writes)
+        self.store, self.stage, self.reads, self.writes, self.key = store, stage, reads, writes, f"{key}|{layouts}"
         self.path = f"state/{stage}.json"
         self.seen = self._versions(reads)
 

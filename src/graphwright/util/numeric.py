@@ -26,6 +26,14 @@ def distinct_lists(group: np.ndarray, codes: np.ndarray, values: pa.Array, n_gro
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(pairs % width)))
 
 
+def distinct_counts(group: np.ndarray, codes: np.ndarray, width: int, n_groups: int) -> np.ndarray:
+    """Per group 0..n_groups-1, how many distinct codes (0..width-1) its rows carry (a row of
+    group -1 belongs to none): distinct_lists' lengths, without building the lists."""
+    keep = group >= 0
+    pairs = unique(group[keep] * max(width, 1) + codes[keep])
+    return np.bincount(pairs // max(width, 1), minlength=n_groups)[:n_groups] if n_groups else np.zeros(0, np.int64)
+
+
 def to_numpy(column, dtype) -> np.ndarray:
     """An Arrow array or chunked array as numpy, in `dtype` (a view when Arrow's buffer allows)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

@@ -39,12 +39,13 @@ def _cluster(run, m: dict) -> dict:
     graph = current_graph(store)
     entity_ids, edges, weights, relationships = graph
     incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
-    diff = cluster_update(store, cfg, engine, workers, usage, graph) if incremental else None
+    retired = store.retired_columns("communities")  # an older layout (chunk lists): written whole once, then patched
+    diff = cluster_update(store, cfg, engine, workers, usage, graph) if incremental and not retired else None
     if diff is None:  # no state to start from: the whole hierarchy, warm-started from the table
         total = graph_sum(stable_hashes(entity_ids), edges, weights)
         previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_digest(total)
-        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed:
+        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed and not retired:
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
@@ -57,7 +58,8 @@ def _cluster(run, m: dict) -> dict:
     m.update(usage)
     per_level = _per_level(store.read("communities", columns=["level"]))
     m.update(rows_in=len(entity_ids), rows_out=sum(per_level.values()), engine=cfg.engine, incremental=incremental and "rebuilt" in diff,
-             per_level=per_level, changes=diff, work_unit="graph", work_done=1, work_total=1)
+             per_level=per_level, changes=diff, work_unit="graph", work_done=1, work_total=1,
+             **({"columns_retired": retired} if retired else {}))
     return {"per_level": per_level, "changes": diff}
 
 

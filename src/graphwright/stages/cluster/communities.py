@@ -1,6 +1,8 @@
 """Cluster: the communities table from a hierarchy (plain functions). Community ids derive from
-level and members; each row lists its entities, the relationships inside it and the chunks its
-entities are mentioned in. The previous table gives the warm start."""
+level and members; each row lists its entities and the relationships inside it, and counts the
+chunks its entities are mentioned in (the lists themselves stay on the entity rows: as lists here
+they were nine tenths of the table's bytes, rewritten by every update that touched a member). The
+previous table gives the warm start."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.hierarchy import hierarchical_leiden
 from graphwright.storage import contracts
-from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
+from graphwright.util.numeric import distinct_counts, distinct_lists, sorted_codes, to_numpy
 
 
 def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray:
@@ -95,13 +97,17 @@ class ChunkLists:
             codes.append(to_numpy(found, np.int32))
         return cls(np.concatenate(owners), np.concatenate(codes), names)
 
+    def counts(self, label: np.ndarray, n_groups: int) -> np.ndarray:
+        """Per group 0..n_groups-1 of entities (`label` per entity position, -1 for none), the
+        distinct chunks its entities are mentioned in."""
+        return distinct_counts(label[self.owner], self.codes, len(self.names), n_groups)
+
 
 def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,
                   previous: pa.Table | None = None, workers: int = 1, usage: dict | None = None,
                   hashed: str | None = None, chunks: ChunkLists | None = None) -> Iterator[pa.Table]:
-    """cluster()'s rows a level at a time (their chunk lists are the table's bulk: each chunk is
-    in every community its entities are in, at every level). `chunks`: the entities' chunk lists
-    as codes, when `entities` has no chunk_ids column."""
+    """cluster()'s rows a level at a time. `chunks`: the entities' chunk lists as codes, when
+    `entities` has no chunk_ids column."""
     engine = engine or make_engine(config.engine)
     entity_ids = sorted(entities.column("entity_id").to_pylist())
     src, tgt = (entity_positions(relationships.column(name), entity_ids) for name in ("source_id", "target_id"))
@@ -114,8 +120,8 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
     communities = hierarchical_leiden(len(entity_ids), edges, weights, config, engine, initial, workers, usage)
     hashed = hashed or graph_hash(entities, relationships)
 
-    # relationship and chunk ids as codes in sorted order, so that each community's sorted
-    # distinct ids come from one numpy pass per level (Arrow holds the strings, not Python)
+    # relationship ids as codes in sorted order, so that each community's sorted distinct ids come
+    # from one numpy pass per level (Arrow holds the strings, not Python); chunks are counted by code
     rel_codes, rel_names = sorted_codes(relationships.column("relationship_id"))
     chunks = chunks or ChunkLists.of(entities, entity_ids)
     src_a, tgt_a = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
@@ -136,7 +142,7 @@ def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterCo
             "children_ids": pa.array([[cids[k] for k in communities[i].children] for i in at_level], pa.list_(pa.string())),
             "entity_ids": pa.array([members[i] for i in at_level], pa.list_(pa.string())),
             "relationship_ids": distinct_lists(np.where(a == b, a, -1), rel_codes, rel_names, len(at_level)),
-            "chunk_ids": distinct_lists(label[chunks.owner], chunks.codes, chunks.names, len(at_level)),
+            "n_chunks": pa.array(chunks.counts(label, len(at_level)), pa.int64()),
             "size": pa.array([len(members[i]) for i in at_level], pa.int64()),
             "graph_hash": pa.array([hashed] * len(at_level), pa.string()),
         }).cast(contracts.schema("communities").arrow)

@@ -145,7 +145,7 @@ def _rows(store, chosen, communities, cids, human, parent, children, members, en
             "children_ids": pa.array([list(children[i]) for i in at], pa.list_(pa.string())),
             "entity_ids": pa.array([members[i] for i in at], pa.list_(pa.string())),
             "relationship_ids": distinct_lists(a[inside], rel_codes, rel_names, len(at)),
-            "chunk_ids": distinct_lists(label[chunk_lists.owner], chunk_lists.codes, chunk_lists.names, len(at)),
+            "n_chunks": pa.array(chunk_lists.counts(label, len(at)), pa.int64()),
             "size": pa.array([len(members[i]) for i in at], pa.int64()),
             "graph_hash": pa.array([hashed] * len(at), pa.string()),
         }).cast(contracts.schema("communities").arrow)

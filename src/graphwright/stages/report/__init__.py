@@ -42,7 +42,7 @@ def execute(run, m: dict) -> dict:
         return {**last, "reused": last.get("reused", 0) + last.get("built", 0), "built": 0}
     previous = store.read("community_reports")
     if cfg.mode == "extractive":
-        communities = _communities_without_chunk_lists(store)
+        communities = store.read("communities")
         reports, stats = build_reports(
             communities, store.read("entities", columns=["entity_id", "name", "type", "description", "degree", "mention_count"]),
             _relationships_without_descriptions(store), cfg, previous,
@@ -52,7 +52,7 @@ def execute(run, m: dict) -> dict:
                  work_unit="reports", work_done=stats["built"], work_total=stats["built"] + stats["reused"])
         memo.record(stats)
         return stats
-    communities = _communities_without_chunk_lists(store)
+    communities = store.read("communities")
     known = RowTokens.load(store.files)  # an update tokenizes only the rows whose text is new
     gen = generator_of(run.config.llm)
     to_plan, fixed, untouched = communities.to_pylist(), {}, []
@@ -111,13 +111,6 @@ def _fixed_plans(communities: list[dict], stale: set[str], previous: list[dict],
                 if r["generator"] == gen and r["community_id"] in current and r["community_id"] not in stale}
     fixed = {c["community_id"]: reusable[c["community_id"]]["input_hash"] for c in kept if c["community_id"] in reusable}
     return kept, fixed, [r for cid, r in reusable.items() if cid not in fixed]
-
-
-def _communities_without_chunk_lists(store: IndexStore) -> pa.Table:
-    """The communities with the length of their chunk lists instead of the lists (each chunk is
-    in every community its entities are in, at every level: the table's bulk)."""
-    columns = [c for c in contracts.schema("communities").arrow.names if c != "chunk_ids"]
-    return store.read_derived("communities", columns, {"n_chunks": ('cardinality("chunk_ids")', pa.int32())})
 
 
 def _relationships_without_descriptions(store: IndexStore) -> pa.Table:

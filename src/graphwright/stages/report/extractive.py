@@ -78,8 +78,7 @@ def build_reports(
     children's reports); a report whose context hashes the same as one in `previous` is reused
     instead of rebuilt. Returns the table and {"built": n, "reused": m}.
 
-    For large indexes, `communities` may carry `n_chunks` instead of its `chunk_ids` lists, and
-    `relationships` a boolean `described` instead of its descriptions; `descriptions` (ids ->
+    For large indexes, `relationships` may carry a boolean `described` instead of its descriptions; `descriptions` (ids ->
     relationship_id, description) then reads the descriptions of the relationships reports use.
     """
     ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count"]).to_pylist()}
@@ -92,8 +91,6 @@ def build_reports(
         by_id = dict(zip(text.column("relationship_id").to_pylist(), text.column("description").to_pylist()))
         used = used.append_column("description", pa.array([by_id[r] for r in used.column("relationship_id").to_pylist()], pa.string()))
     rel = {r["relationship_id"]: r for r in used.select(["relationship_id", "source", "target", "description", "weight"]).to_pylist()}
-    if "chunk_ids" in communities.column_names:
-        communities = communities.drop_columns(["chunk_ids"]).append_column("n_chunks", pc.list_value_length(communities.column("chunk_ids")))
     community_rows = communities.drop_columns(["relationship_ids"]).to_pylist()
     # one take for all communities: each take from a chunked column concatenates its chunks
     # first (8 ms a community with 5.2M relationships, 53 s of the stage at 1.2M chunks)
@@ -150,7 +147,7 @@ def report_context(community: dict, ent: dict, rel: dict, children: list[dict], 
     The report's input hash is this context's hash, so it changes exactly when the report would."""
     members = sorted((ent[e] for e in community["entity_ids"]), key=lambda e: (-e["degree"], -e["mention_count"], e["name"]))
     inner = sorted((rel[r] for r in community["relationship_ids"]), key=lambda r: (-r["weight"], r["relationship_id"]))
-    n_chunks = community["n_chunks"] if "n_chunks" in community else len(community["chunk_ids"])
+    n_chunks = community["n_chunks"]
     # Items are selected by rank but listed by name: a weight that grows without changing which
     # items are selected must not change the context (and so trigger a new report).
     top_entities = sorted(members[: config.context_entities], key=lambda e: e["name"])

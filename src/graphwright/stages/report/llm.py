@@ -132,7 +132,8 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     """A plan per community of at least `min_size` entities among `communities` (which must
     include the children of every community to plan, and their descendants unless `fixed`).
     `ent`/`rel` need name, type (entities), source, target (relationships), description, degree
-    / weight and chunk_ids; a community needs its `n_chunks` (or `chunk_ids`). `chunk_text(ids)`
+    / weight and chunk_ids; a community's `n_chunks` may be None (a version written before the
+    column: it is counted from its members' chunk lists). `chunk_text(ids)`
     reads the texts of the candidate text units, asked once for those of every community that
     can take some. `known`: token counts of row texts from earlier runs (row_tokens); the plans
     are the same without it. `fixed`: {community id: input hash} of communities whose inputs did
@@ -222,7 +223,9 @@ def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_
         "child_report_tokens": share if children else None,
     }
     input_hash = ids.stable_id("report-input", gen, json.dumps(payload, sort_keys=True, ensure_ascii=False), length=32)
-    n_chunks = c["n_chunks"] if "n_chunks" in c else len(c["chunk_ids"])
+    n_chunks = c.get("n_chunks")
+    if n_chunks is None:
+        n_chunks = len(set(chain.from_iterable(ent[e]["chunk_ids"] for e in c["entity_ids"] if e in ent)))
     tokens = sum(e_cost.of(keep_e)) + sum(r_cost.of(keep_r)) + share * len(children) + sum(c_cost[ch] for ch in chunks)
     return Plan(c["community_id"], c["level"], input_hash, entities, relationships, chunk_rows, children,
                 rating=round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2, tokens=tokens, needs=list(children))
