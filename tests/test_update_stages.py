@@ -132,7 +132,7 @@ def test_an_update_writes_only_the_aliases_that_changed(tmp_path):
 def test_communities_written_with_chunk_lists_are_rewritten_once_without_them(tmp_path):
     """An index from before communities counted their chunks (each row listed them: nine tenths
     of the table, rewritten by every update that touched a member) is rewritten whole by the
-    next run, even one in which nothing moved; later updates patch it."""
+    next run, even one in which nothing moved, with the same communities; later updates patch it."""
     import json
 
     import pyarrow as pa
@@ -148,12 +148,17 @@ def test_communities_written_with_chunk_lists_are_rewritten_once_without_them(tm
     lists = [sorted({c for e in members for c in chunks_of[e]}) for members in old.column("entity_ids").to_pylist()]
     old = old.append_column("chunk_ids", pa.array(lists, pa.list_(pa.string())))
     write_deltalake(store.path("communities"), old, mode="overwrite", schema_mode="overwrite")
+    state = index / "state" / "cluster" / "state.json"  # made from that table, as an older version left it
+    state.write_text(json.dumps({**json.loads(state.read_text()), "communities": store.version("communities")}))
     note = json.loads((index / "state" / "cluster.json").read_text())  # the note an older layout left
     note["key"] = note["key"].rsplit("|", 1)[0]
     (index / "state" / "cluster.json").write_text(json.dumps(note))
 
+    reports_version = store.version("community_reports")
     noop = _details(index, _index(src, index, DOCS))
     assert not noop["cluster"].get("skipped") and noop["cluster"]["columns_retired"] == ["chunk_ids"]
+    assert noop["cluster"]["incremental"]  # the same communities, rewritten in place: not clustered again
+    assert store.version("community_reports") == reports_version  # so no report is written again
     assert store.retired_columns("communities") == []
     assert {r["community_id"]: r["n_chunks"] for r in store.read("communities", columns=["community_id", "n_chunks"]).to_pylist()} == fresh
     assert all(n == len(cs) for n, cs in zip(old.column("community_id").to_pylist(), lists) for n in [fresh[n]])

@@ -11,7 +11,7 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.communities import ChunkLists, cluster_parts
 from graphwright.stages.cluster.incremental import graph_digest, graph_sum
-from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, save_state
+from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, rewrite_layout, save_state
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage.memo import StageMemo
 from graphwright.util.cores import driver_cores
@@ -40,12 +40,14 @@ def _cluster(run, m: dict) -> dict:
     entity_ids, edges, weights, relationships = graph
     incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
     retired = store.retired_columns("communities")  # an older layout (chunk lists): written whole once, then patched
-    diff = cluster_update(store, cfg, engine, workers, usage, graph) if incremental and not retired else None
+    if retired:
+        rewrite_layout(store, entity_ids)
+    diff = cluster_update(store, cfg, engine, workers, usage, graph) if incremental else None
     if diff is None:  # no state to start from: the whole hierarchy, warm-started from the table
         total = graph_sum(stable_hashes(entity_ids), edges, weights)
         previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_digest(total)
-        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed and not retired:
+        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed:
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
