@@ -138,6 +138,8 @@ def test_communities_written_with_chunk_lists_are_rewritten_once_without_them(tm
     import pyarrow as pa
     from deltalake import write_deltalake
 
+    from graphwright.storage.patch import retired_columns
+
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()
     _index(src, index, DOCS)
@@ -159,7 +161,7 @@ def test_communities_written_with_chunk_lists_are_rewritten_once_without_them(tm
     assert not noop["cluster"].get("skipped") and noop["cluster"]["columns_retired"] == ["chunk_ids"]
     assert noop["cluster"]["incremental"]  # the same communities, rewritten in place: not clustered again
     assert store.version("community_reports") == reports_version  # so no report is written again
-    assert store.retired_columns("communities") == []
+    assert retired_columns(store, "communities") == []
     assert {r["community_id"]: r["n_chunks"] for r in store.read("communities", columns=["community_id", "n_chunks"]).to_pylist()} == fresh
     assert all(n == len(cs) for n, cs in zip(old.column("community_id").to_pylist(), lists) for n in [fresh[n]])
 

@@ -141,14 +141,6 @@ class IndexStore:
         dt = self._table(name)
         return None if dt is None else dt.version()
 
-    def retired_columns(self, name: str) -> list[str]:
-        """Columns the table holds that its contract no longer lists (written by an older layout):
-        a whole rewrite of the table drops them; a patch cannot."""
-        dt = self._table(name)
-        if dt is None:
-            return []
-        return [c for c in dt.schema().to_arrow().names if c not in contracts.schema(name).arrow.names]
-
     def ensure(self, name: str) -> DeltaTable:
         """Create the table empty, with its contract's schema, if it does not exist yet; add the
         columns a newer contract gained (always nullable) to a table written by an older one."""

@@ -36,6 +36,15 @@ def data_files(store, name: str) -> list[tuple[str, int]]:
     return list(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist()))
 
 
+def retired_columns(store, name: str) -> list[str]:
+    """Columns the table holds that its contract no longer lists (written by an older layout):
+    a whole rewrite of the table drops them; a patch cannot."""
+    dt = store._table(name)
+    if dt is None:
+        return []
+    return [c for c in dt.schema().to_arrow().names if c not in contracts.schema(name).arrow.names]
+
+
 def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
     """Some columns of one data file of a table (cast to its contract; a column the file predates
     is read as nulls). Local files are read in place; an object store's, in one get."""

@@ -14,6 +14,7 @@ from graphwright.stages.cluster.incremental import graph_digest, graph_sum
 from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, rewrite_layout, save_state
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage.memo import StageMemo
+from graphwright.storage.patch import retired_columns
 from graphwright.util.cores import driver_cores
 
 
@@ -39,7 +40,7 @@ def _cluster(run, m: dict) -> dict:
     graph = current_graph(store)
     entity_ids, edges, weights, relationships = graph
     incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
-    retired = store.retired_columns("communities")  # an older layout (chunk lists): written whole once, then patched
+    retired = retired_columns(store, "communities")  # an older layout (chunk lists): written whole once, then patched
     if retired:
         rewrite_layout(store, entity_ids)
     diff = cluster_update(store, cfg, engine, workers, usage, graph) if incremental else None
