@@ -19,7 +19,6 @@ from graphwright.stages.report.llm_reports import (
 )
 from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.stages.report.stale import stale_communities
-from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.memo import StageMemo
 from graphwright.storage.patch import patch_changed

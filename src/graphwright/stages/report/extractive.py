@@ -78,8 +78,9 @@ def build_reports(
     children's reports); a report whose context hashes the same as one in `previous` is reused
     instead of rebuilt. Returns the table and {"built": n, "reused": m}.
 
-    For large indexes, `relationships` may carry a boolean `described` instead of its descriptions; `descriptions` (ids ->
-    relationship_id, description) then reads the descriptions of the relationships reports use.
+    For large indexes, `relationships` may carry a boolean `described` instead of its
+    descriptions; `descriptions` (ids -> relationship_id, description) then reads the
+    descriptions of the relationships reports use.
     """
     ent = {r["entity_id"]: r for r in entities.select(["entity_id", "name", "type", "description", "degree", "mention_count"]).to_pylist()}
     # only the relationships some report can use become Python rows (the rest stay in Arrow)
