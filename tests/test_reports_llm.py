@@ -406,3 +406,17 @@ def test_an_update_plans_only_the_communities_whose_inputs_changed(server, corpu
     full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
     assert {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()} == \
         {c: p.input_hash for c, p in full.items()}
+
+
+def test_a_community_without_a_chunk_count_is_rated_from_its_members_lists(server, corpus, tmp_path):
+    """A version written before communities counted their chunks reads `n_chunks` as null (a
+    lazy query pinned to it): its plans, ratings included, are those of the counted rows."""
+    cfg = config(server)
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    rows = store.read("communities").to_pylist()
+    counted = LLMReports(store, cfg.report, cfg.llm, rows).plans
+    uncounted = LLMReports(store, cfg.report, cfg.llm, [r | {"n_chunks": None} for r in rows]).plans
+    assert len({p.rating for p in counted.values()}) > 1
+    assert {c: (p.input_hash, p.rating) for c, p in uncounted.items()} == {c: (p.input_hash, p.rating) for c, p in counted.items()}

@@ -172,6 +172,8 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
             if ch in c_cost and c_cost[ch] <= room:
                 chunks.append(ch)
                 room -= c_cost[ch]
+        if c.get("n_chunks") is None:  # a version written before the column: counted from the members' lists
+            c = c | {"n_chunks": len(set(chain.from_iterable(ent[e]["chunk_ids"] for e in c["entity_ids"] if e in ent)))}
         plans[c["community_id"]] = _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost,
                                          entity_text, relationship_text, c_text, config, gen)
     return plans
@@ -223,9 +225,7 @@ def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_
         "child_report_tokens": share if children else None,
     }
     input_hash = ids.stable_id("report-input", gen, json.dumps(payload, sort_keys=True, ensure_ascii=False), length=32)
-    n_chunks = c.get("n_chunks")
-    if n_chunks is None:
-        n_chunks = len(set(chain.from_iterable(ent[e]["chunk_ids"] for e in c["entity_ids"] if e in ent)))
+    n_chunks = c["n_chunks"]
     tokens = sum(e_cost.of(keep_e)) + sum(r_cost.of(keep_r)) + share * len(children) + sum(c_cost[ch] for ch in chunks)
     return Plan(c["community_id"], c["level"], input_hash, entities, relationships, chunk_rows, children,
                 rating=round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2, tokens=tokens, needs=list(children))
