@@ -75,26 +75,27 @@ def rewrite_layout(store, entity_ids: list[str]) -> dict:
     No membership changes, so no report is written again; the update path's state stays valid
     (it is restamped with the new version). Members that are no longer entities are left out of
     the counts: the update that follows rebuilds their communities."""
-    valid = load_state(store) is not None
+    try:
+        note = json.loads(store.files.read_bytes(f"{STATE}/state.json"))
+    except Exception:  # noqa: BLE001 - no state: the caller clusters in full
+        note = None
+    valid = note is not None and note.get("communities") == store.version("communities")
     columns = [c for c in contracts.schema("communities").arrow.names if c != "n_chunks"]
-    table = store.read("communities", columns=columns)
+    table = store.read("communities", columns=columns).sort_by([("level", "ascending"), ("community_id", "ascending")])
     chunks = ChunkLists.scan(store.scanner("entities")(["entity_id", "chunk_ids"]), entity_ids,
                              store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
-    position = pa.array(entity_ids, pa.string())
 
-    def parts():
-        for level in sorted(set(table.column("level").to_pylist())):
-            rows = table.filter(pc.equal(table.column("level"), level))
-            lists = rows.column("entity_ids").combine_chunks()
-            at = to_numpy(pc.fill_null(pc.index_in(pc.list_flatten(lists), value_set=position), -1), np.int64)
+    def parts():  # previous_levels lists the rows in this order, members as entity positions
+        start = 0
+        for level in previous_levels(table, entity_ids):
             label = np.full(len(entity_ids), -1, dtype=np.int64)
-            owner = to_numpy(pc.list_parent_indices(lists), np.int64)
-            label[at[at >= 0]] = owner[at >= 0]
-            yield rows.append_column("n_chunks", pa.array(chunks.counts(label, rows.num_rows), pa.int64()))
+            for k, (members, _, _) in enumerate(level):
+                label[members] = k
+            yield table.slice(start, len(level)).append_column("n_chunks", pa.array(chunks.counts(label, len(level)), pa.int64()))
+            start += len(level)
 
     diff = store.replace_parts_if_changed("communities", parts())
     if valid:
-        note = json.loads(store.files.read_bytes(f"{STATE}/state.json"))
         store.files.write_bytes(f"{STATE}/state.json", json.dumps({**note, "communities": store.version("communities")}).encode())
     return diff
 
