@@ -287,7 +287,7 @@ def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
         for c in row["chunk_ids"]:
             support[c] = support.get(c, 0) + 1
     for n in (0, 1, 5, 39, 100):
-        assert candidate_chunks(community, ent, rel, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
+        assert candidate_chunks(community, {k: v["chunk_ids"] for k, v in ent.items()}, {k: v["chunk_ids"] for k, v in rel.items()}, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
 
 
 def _changed_reports(store: IndexStore, since: int):
@@ -420,3 +420,46 @@ def test_a_community_without_a_chunk_count_is_rated_from_its_members_lists(serve
     uncounted = LLMReports(store, cfg.report, cfg.llm, [r | {"n_chunks": None} for r in rows]).plans
     assert len({p.rating for p in counted.values()}) > 1
     assert {c: (p.input_hash, p.rating) for c, p in uncounted.items()} == {c: (p.input_hash, p.rating) for c, p in counted.items()}
+
+
+def test_plans_read_the_chunk_lists_of_only_the_communities_that_take_text_units(server, corpus, tmp_path, monkeypatch):
+    """A community whose children's reports stand in for its rows lists no text unit, so an
+    update that plans a top-level community again does not read its members' chunk lists (most
+    of the index's lineage), only those of the communities that take text units. The plans are
+    those planned from rows that carry every list."""
+    from graphwright.stages.report.llm import lineage_of, plan_reports
+
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    communities = store.read("communities").to_pylist()
+    ent = {r["entity_id"]: r for r in store.read("entities").to_pylist()}
+    rel = {r["relationship_id"]: r for r in store.read("relationships").to_pylist()}
+
+    def chunk_text(wanted):
+        return {r["chunk_id"]: r["text"] for r in store.rows_in("chunks", "chunk_id", wanted, ["chunk_id", "text"]).to_pylist()}
+
+    full = plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))
+    # an update whose leaves kept their inputs: every other community is planned again
+    fixed = {c["community_id"]: full[c["community_id"]].input_hash for c in communities
+             if not c["children_ids"] and c["community_id"] in full}
+    asked: list[tuple[str, set]] = []
+    rows_in = IndexStore.rows_in
+
+    def spy(self, name, column, values, columns, **kw):
+        if "chunk_ids" in columns:
+            asked.append((name, set(values)))
+        return rows_in(self, name, column, values, columns, **kw)
+
+    monkeypatch.setattr(IndexStore, "rows_in", spy)
+    for fixing in ({}, fixed):
+        asked.clear()
+        plans = LLMReports(store, cfg.report, cfg.llm, communities, fixed=fixing).plans
+        takers = {c for c, p in plans.items() if c not in fixing and not p.children}
+        members = {e for c in communities if c["community_id"] in takers for e in c["entity_ids"]}
+        assert {e for name, wanted in asked if name == "entities" for e in wanted} <= members
+        assert {c: (p.input_hash, p.rating, p.chunks) for c, p in plans.items()} == \
+            {c: (p.input_hash, p.rating, p.chunks) for c, p in
+             plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, fixed=fixing).items()}
+    planned = {e for c in communities if c["community_id"] not in fixed and c["community_id"] in plans for e in c["entity_ids"]}
+    assert len(members) < len(planned), "the planned parents' members are read"

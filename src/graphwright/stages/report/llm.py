@@ -90,15 +90,24 @@ def relationship_row(r: dict) -> str:
     return _clean(f"{r['source']}|{r['target']}|{r['description']}")
 
 
-def candidate_chunks(community: dict, ent: dict, rel: dict, n: int) -> list[str]:
-    """The community's `n` text units that support most of its rows (ties by id)."""
+def candidate_chunks(community: dict, entity_chunks: dict, relationship_chunks: dict, n: int) -> list[str]:
+    """The community's `n` text units that support most of its rows (ties by id), from
+    {entity id: chunk ids} and {relationship id: chunk ids}."""
     if n <= 0:
         return []
     # counted in C and the top n picked without sorting every chunk (a large community's support
     # spans 100k chunks: sorting them all took 9 s an update at 1.2M chunks); nsmallest equals sorted()[:n]
-    support = Counter(chain.from_iterable(rel[r]["chunk_ids"] for r in community["relationship_ids"] if r in rel))
-    support.update(chain.from_iterable(ent[e]["chunk_ids"] for e in community["entity_ids"] if e in ent))
+    support = Counter(chain.from_iterable(relationship_chunks[r] for r in community["relationship_ids"] if r in relationship_chunks))
+    support.update(chain.from_iterable(entity_chunks[e] for e in community["entity_ids"] if e in entity_chunks))
     return [c for c, _ in heapq.nsmallest(n, support.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+Lineage = Callable[[set[str], set[str]], tuple[dict[str, list[str]], dict[str, list[str]]]]
+
+
+def lineage_of(ent: dict, rel: dict) -> Lineage:
+    """Chunk lists read from rows that carry them (`chunk_ids`)."""
+    return lambda es, rs: ({e: ent[e]["chunk_ids"] for e in es if e in ent}, {r: rel[r]["chunk_ids"] for r in rs if r in rel})
 
 
 MIN_ROW_COST = 3  # a row's prompt tokens are at least its id, its separator and one token of text
@@ -128,12 +137,16 @@ class _Costs:
 
 
 def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Callable[[set[str]], dict[str, str]], config,
-                 model: str, known: RowTokens | None = None, fixed: dict[str, str] | None = None) -> dict[str, Plan]:
+                 model: str, known: RowTokens | None = None, fixed: dict[str, str] | None = None,
+                 lineage: Lineage | None = None) -> dict[str, Plan]:
     """A plan per community of at least `min_size` entities among `communities` (which must
     include the children of every community to plan, and their descendants unless `fixed`).
     `ent`/`rel` need name, type (entities), source, target (relationships), description, degree
-    / weight and chunk_ids; a community's `n_chunks` may be None (a version written before the
-    column: it is counted from its members' chunk lists). `chunk_text(ids)`
+    / weight, and chunk_ids unless `lineage` reads them: `lineage(entity ids, relationship ids)`
+    gives the chunk lists of the members of the communities that take text units (the lists of
+    a top-level community's members are most of the index's lineage). A community's `n_chunks`
+    may be None (a version written before the column: it is counted from its members' chunk
+    lists). `chunk_text(ids)`
     reads the texts of the candidate text units, asked once for those of every community that
     can take some. `known`: token counts of row texts from earlier runs (row_tokens); the plans
     are the same without it. `fixed`: {community id: input hash} of communities whose inputs did
@@ -156,8 +169,13 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     for c in order:  # deepest first: a parent's children are planned before it
         cid = c["community_id"]
         rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
-    wanted = {cid: candidate_chunks(eligible[cid], ent, rel, config.context_chunks)
-              for cid, planned in rows.items() if planned is not None and not planned[2] and planned[3] > 0}
+    takers = [cid for cid, planned in rows.items() if planned is not None and not planned[2] and planned[3] > 0
+              and config.context_chunks > 0]
+    uncounted = [c for c in order if c["community_id"] not in fixed and c.get("n_chunks") is None]
+    e_chunks, r_chunks = (lineage or lineage_of(ent, rel))(
+        {e for c in chain((eligible[cid] for cid in takers), uncounted) for e in c["entity_ids"]},
+        {r for cid in takers for r in eligible[cid]["relationship_ids"]})
+    wanted = {cid: candidate_chunks(eligible[cid], e_chunks, r_chunks, config.context_chunks) for cid in takers}
     c_text = {c: _clean(t) for c, t in chunk_text({ch for chunks in wanted.values() for ch in chunks}).items()}
     c_cost = dict(zip(c_text, (n + 2 for n in count(list(c_text.values())))))
     gen = generator(model)
@@ -173,7 +191,7 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
                 chunks.append(ch)
                 room -= c_cost[ch]
         if c.get("n_chunks") is None:  # a version written before the column: counted from the members' lists
-            c = c | {"n_chunks": len(set(chain.from_iterable(ent[e]["chunk_ids"] for e in c["entity_ids"] if e in ent)))}
+            c = c | {"n_chunks": len(set(chain.from_iterable(e_chunks[e] for e in c["entity_ids"] if e in e_chunks)))}
         plans[c["community_id"]] = _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost,
                                          entity_text, relationship_text, c_text, config, gen)
     return plans

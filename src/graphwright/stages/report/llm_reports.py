@@ -19,10 +19,9 @@ from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 
-ENTITY_COLUMNS = ["entity_id", "name", "type", "description", "degree", "mention_count", "chunk_ids"]
-
-
-RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "weight", "chunk_ids"]
+# without their chunk lists, which only the communities that take text units read (lineage)
+ENTITY_COLUMNS = ["entity_id", "name", "type", "description", "degree", "mention_count"]
+RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "weight"]
 
 
 def _subtree(communities: dict[str, dict], roots: list[str]) -> list[dict]:
@@ -65,8 +64,13 @@ class LLMReports:
         def chunk_text(wanted: set[str]) -> dict[str, str]:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
 
+        def lineage(entity_ids: set[str], relationship_ids: set[str]) -> tuple[dict, dict]:
+            return tuple({r[key]: r["chunk_ids"] for r in rows(name, key, wanted, [key, "chunk_ids"])} if wanted else {}
+                         for name, key, wanted in (("entities", "entity_id", entity_ids),
+                                                   ("relationships", "relationship_id", relationship_ids)))
+
         self.communities = {c["community_id"]: c for c in communities}
-        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed)
+        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed, lineage)
         self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
