@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.util import memory
-from graphwright.util.numeric import to_numpy
+from graphwright.util.numeric import to_numpy, unique
 
 Scan = Callable[[list[str]], Iterable[pa.RecordBatch]]
 
@@ -93,10 +93,23 @@ def corpus_rank(chunk_names: list[str], positions: dict) -> np.ndarray:
     return rank
 
 
+DENSE_BINS = 1 << 24  # one bin per possible (group, code) pair up to this many: 128 MB a bincount
+
+
 def group_sums(group: np.ndarray, code: np.ndarray, weights: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(group, code, summed weight) per distinct (group, code) pair, sorted by group then code."""
-    pairs, inverse = np.unique(group * width + code, return_inverse=True)
-    return pairs // width, pairs % width, np.bincount(inverse.reshape(-1), weights=weights, minlength=len(pairs))
+    """(group, code, summed weight) per distinct (group, code) pair, sorted by group then code.
+    Counted into one bin per possible pair when there are few (entity x type), else the distinct
+    pairs sorted and every row looked up among them (entity x name, where each name has one
+    entity): np.unique(return_inverse=True) took 2.5-3.5 s on the 9.6M mentions of 1.2M chunks."""
+    key = np.asarray(group, np.int64) * width + code
+    bins = (int(key.max()) + 1) if len(key) else 0
+    if bins <= DENSE_BINS and (not len(key) or key.min() >= 0):
+        pairs = np.flatnonzero(np.bincount(key, minlength=bins))
+        sums = np.bincount(key, weights=weights, minlength=bins)[pairs]
+    else:
+        pairs = unique(key)
+        sums = np.bincount(np.searchsorted(pairs, key), weights=weights, minlength=len(pairs))
+    return pairs // width, pairs % width, sums
 
 
 def text_hashes(texts: list[str]) -> np.ndarray:
