@@ -112,4 +112,7 @@ def changes_since(store, name: str, since: int | None, key: str, columns: list[s
 
 
 def _keys(columns: list) -> pa.Array:
-    return pa.chunked_array(columns, pa.string()).combine_chunks() if columns else pa.array([], pa.string())
+    # the columns' chunks, not the columns: pa.chunked_array converts a ChunkedArray it is given
+    # value by value through Python (1.1 s for the 2.26M keys of a relationships table)
+    chunks = [c for column in columns for c in (column.chunks if isinstance(column, pa.ChunkedArray) else [column])]
+    return pa.chunked_array(chunks, pa.string()).combine_chunks() if chunks else pa.array([], pa.string())
