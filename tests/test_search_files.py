@@ -225,3 +225,26 @@ def test_retention_removes_search_files_no_kept_version_needs(versions, tmp_path
     old = first_manifest["vector_indexes"]["lexical:chunk"]
     assert old not in left and old != latest["vector_indexes"]["lexical:chunk"]
     assert Searcher(str(copy)).lexical_search("chunk", "copper", 3)  # the kept version still searches
+
+
+def test_the_passage_graph_is_the_same_whatever_order_the_scan_gives_its_batches(indexed, monkeypatch):
+    """A scan of several files does not always give its batches in one order: each row lists its
+    neighbours in node order, so the graph's files do not depend on it (and the keys are hashed
+    once per run of batches, not once per batch)."""
+    from graphwright.stages.embed import passage_graph
+
+    store = indexed.store
+    first, _ = passage_graph.build(store, None)
+    scanner = IndexStore.scanner
+
+    def shuffled(self, name, *args, **kwargs):
+        scan = scanner(self, name, *args, **kwargs)
+
+        def batches(columns):
+            small = [b.slice(o, 5) for b in scan(columns) for o in range(0, b.num_rows, 5)]
+            return iter(small[::-1])  # small batches, last first
+        return batches
+
+    monkeypatch.setattr(IndexStore, "scanner", shuffled)
+    second, _ = passage_graph.build(store, None)
+    assert {k: v.tolist() for k, v in first.items()} == {k: v.tolist() for k, v in second.items()}
