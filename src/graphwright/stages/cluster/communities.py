@@ -18,7 +18,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.hierarchy import hierarchical_leiden
 from graphwright.storage import contracts
-from graphwright.util.numeric import distinct_counts, distinct_lists, sorted_codes, to_numpy
+from graphwright.util.numeric import distinct_counts, distinct_lists, in_runs, sorted_codes, to_numpy
 
 
 def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray:
@@ -87,13 +87,14 @@ class ChunkLists:
         names = pc.unique(chunk_ids)
         names = names.take(pc.sort_indices(names))
         owners, codes = [np.empty(0, np.int32)], [np.empty(0, np.int32)]
-        for batch in batches:
-            lists = batch.column("chunk_ids")
-            items = pc.list_flatten(lists)
-            found = pc.index_in(items, value_set=names)
+        for run in in_runs(batches, lambda b: len(pc.list_flatten(b.column("chunk_ids")))):
+            items = pa.chunked_array([pc.list_flatten(b.column("chunk_ids")) for b in run], names.type)
+            found = pc.index_in(items, value_set=names)  # one lookup a run: each hashes the 1.2M names
             if found.null_count:
                 raise KeyError(f"chunk {items.filter(pc.is_null(found))[0]} of an entity is not in the chunks table")
-            owners.append(entity_positions(batch.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(lists), np.int64)].astype(np.int32))
+            for batch in run:
+                lists = batch.column("chunk_ids")
+                owners.append(entity_positions(batch.column("entity_id"), entity_ids)[to_numpy(pc.list_parent_indices(lists), np.int64)].astype(np.int32))
             codes.append(to_numpy(found, np.int32))
         return cls(np.concatenate(owners), np.concatenate(codes), names)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,7 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
-from graphwright.util.numeric import to_numpy
+from graphwright.util.numeric import in_runs, to_numpy
 
 FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
@@ -66,14 +65,14 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
         weight.extend((w, w))
         kind.extend((np.full(len(a), k, np.int8),) * 2)
 
-    for batches in _runs(store.scanner("relationships")(["source_id", "target_id", "weight"]), lambda b: b.num_rows):
+    for batches in in_runs(store.scanner("relationships")(["source_id", "target_id", "weight"]), lambda b: b.num_rows):
         add(_codes([b.column("source_id") for b in batches], entity_keys), _codes([b.column("target_id") for b in batches], entity_keys),
             np.concatenate([to_numpy(b.column("weight"), np.float64) for b in batches]), RELATIONSHIP)
     pairs = read_synonyms(store.files, synonyms)
     if pairs is not None and pairs.num_rows:
         add(_codes(pairs.column("entity_id").chunks, entity_keys), _codes(pairs.column("other_id").chunks, entity_keys),
             to_numpy(pairs.column("similarity"), np.float32), SYNONYM)
-    for batches in _runs(store.scanner("entities")(["entity_id", "chunk_ids"]), lambda b: len(pc.list_flatten(b.column("chunk_ids")))):
+    for batches in in_runs(store.scanner("entities")(["entity_id", "chunk_ids"]), lambda b: len(pc.list_flatten(b.column("chunk_ids")))):
         lists = [b.column("chunk_ids") for b in batches]
         owner = _codes([pc.take(b.column("entity_id"), pc.list_parent_indices(x)) for b, x in zip(batches, lists)], entity_keys)
         chunk = _codes([pc.list_flatten(x) for x in lists], chunk_keys)
@@ -99,23 +98,6 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
     meta = {"format": FORMAT, "entities": n_entities, "chunks": n_chunks, "entries": int(len(order)),
             "synonyms": synonyms, "arrays": list(ARRAYS)}
     return arrays, meta
-
-
-RUN_VALUES = 4_000_000  # ids coded per lookup: each lookup hashes all the keys again (0.3 s for 1.2M chunk ids)
-
-
-def _runs(batches, size) -> Iterator[list]:
-    """The batches in runs of about RUN_VALUES values (`size(batch)`), so that the keys are
-    hashed once a run, not once a batch (572 lookups took 6.3 s an update at 1.2M chunks)."""
-    run, n = [], 0
-    for batch in batches:
-        run.append(batch)
-        n += size(batch)
-        if n >= RUN_VALUES:
-            yield run
-            run, n = [], 0
-    if run:
-        yield run
 
 
 def _codes(values: list, keys: pa.Array) -> np.ndarray:
