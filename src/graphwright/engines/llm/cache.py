@@ -54,20 +54,6 @@ def lookup(store: IndexStore, keys: Iterable[str] | pa.Array, stats: dict | None
     return found
 
 
-def cached_tokens(store: IndexStore, keys: Iterable[str]) -> int:
-    """The prompt and completion tokens the cached answers of `keys` cost, in one scan (each key
-    counted once, however often it is stored)."""
-    keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(list(keys), pa.string())
-    wanted = pc.unique(keys.cast(pa.string()))
-    if not len(wanted) or not store.exists("llm_cache"):
-        return 0
-    table = store.semi_join("llm_cache", "key", wanted, ["key", "prompt_tokens", "completion_tokens"])
-    if not table.num_rows:
-        return 0
-    table = table.take(pc.index_in(pc.unique(table.column("key")), value_set=table.column("key")))
-    return int((pc.sum(table.column("prompt_tokens")).as_py() or 0) + (pc.sum(table.column("completion_tokens")).as_py() or 0))
-
-
 def cached_answers(store: IndexStore, keys: list[str], stats: dict | None = None) -> dict[str, dict]:
     """lookup() as {key: row}, for callers with few keys."""
     return {r["key"]: r for r in lookup(store, keys, stats).to_pylist()} if keys else {}
