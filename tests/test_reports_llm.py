@@ -287,7 +287,8 @@ def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
         for c in row["chunk_ids"]:
             support[c] = support.get(c, 0) + 1
     for n in (0, 1, 5, 39, 100):
-        assert candidate_chunks(community, {k: v["chunk_ids"] for k, v in ent.items()}, {k: v["chunk_ids"] for k, v in rel.items()}, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
+        lists = {k: v["chunk_ids"] for k, v in ent.items()}, {k: v["chunk_ids"] for k, v in rel.items()}
+        assert candidate_chunks(community, *lists, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
 
 
 def _changed_reports(store: IndexStore, since: int):
