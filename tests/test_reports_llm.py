@@ -464,3 +464,17 @@ def test_plans_read_the_chunk_lists_of_only_the_communities_that_take_text_units
              plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, fixed=fixing).items()}
     planned = {e for c in communities if c["community_id"] not in fixed and c["community_id"] in plans for e in c["entity_ids"]}
     assert len(members) < len(planned), "the planned parents' members are read"
+
+
+def test_a_fallback_report_of_a_community_without_a_chunk_count_is_rated_from_its_members_lists(server, corpus, tmp_path):
+    """A failed report falls back to an extractive one; for a version written before
+    communities counted their chunks (n_chunks null) it is rated as the counted row is, instead
+    of failing on the missing count."""
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    rows = store.read("communities").to_pylist()
+    counted = LLMReports(store, cfg.report, cfg.llm, rows)
+    uncounted = LLMReports(store, cfg.report, cfg.llm, [r | {"n_chunks": None} for r in rows])
+    leaves = [r["community_id"] for r in rows if not r["children_ids"]]
+    assert leaves and [uncounted._fallback(c, {}) for c in leaves] == [counted._fallback(c, {}) for c in leaves]

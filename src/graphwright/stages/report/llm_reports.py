@@ -70,11 +70,15 @@ class LLMReports:
                                                    ("relationships", "relationship_id", relationship_ids)))
 
         self.communities = {c["community_id"]: c for c in communities}
+        self.lineage = lineage
         self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed, lineage)
         self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
         c = self.communities[cid]
+        if c.get("n_chunks") is None:  # a version written before the column: counted from the members' lists
+            lists, _ = self.lineage(set(c["entity_ids"]), set())
+            c = c | {"n_chunks": len({ch for e in c["entity_ids"] for ch in lists.get(e, ())})}
         context = report_context(c, self.ent, self.rel, [rows[k] for k in c["children_ids"] if k in rows], self.config)
         return {**extractive_report(context, self.config), "generator": GENERATOR}
 
