@@ -110,6 +110,17 @@ def lineage_of(ent: dict, rel: dict) -> Lineage:
     return lambda es, rs: ({e: ent[e]["chunk_ids"] for e in es if e in ent}, {r: rel[r]["chunk_ids"] for r in rs if r in rel})
 
 
+def with_chunk_counts(communities: list[dict], lineage: Lineage, fixed: dict[str, str] | None = None) -> list[dict]:
+    """The communities with `n_chunks` set: a version written before the column reads it as
+    None, and it is counted from the members' chunk lists (those in `fixed` need no count)."""
+    uncounted = [c for c in communities if c.get("n_chunks") is None and c["community_id"] not in (fixed or {})]
+    if not uncounted:
+        return communities
+    lists, _ = lineage({e for c in uncounted for e in c["entity_ids"]}, set())
+    counts = {c["community_id"]: len({ch for e in c["entity_ids"] for ch in lists.get(e, ())}) for c in uncounted}
+    return [c | {"n_chunks": counts[c["community_id"]]} if c["community_id"] in counts else c for c in communities]
+
+
 MIN_ROW_COST = 3  # a row's prompt tokens are at least its id, its separator and one token of text
 
 
@@ -144,9 +155,8 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     `ent`/`rel` need name, type (entities), source, target (relationships), description, degree
     / weight, and chunk_ids unless `lineage` reads them: `lineage(entity ids, relationship ids)`
     gives the chunk lists of the members of the communities that take text units (the lists of
-    a top-level community's members are most of the index's lineage). A community's `n_chunks`
-    may be None (a version written before the column: it is counted from its members' chunk
-    lists). `chunk_text(ids)`
+    a top-level community's members are most of the index's lineage). Every community to plan
+    has its `n_chunks` (with_chunk_counts). `chunk_text(ids)`
     reads the texts of the candidate text units, asked once for those of every community that
     can take some. `known`: token counts of row texts from earlier runs (row_tokens); the plans
     are the same without it. `fixed`: {community id: input hash} of communities whose inputs did
@@ -171,10 +181,8 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
         rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
     takers = [cid for cid, planned in rows.items() if planned is not None and not planned[2] and planned[3] > 0
               and config.context_chunks > 0]
-    uncounted = [c for c in order if c["community_id"] not in fixed and c.get("n_chunks") is None]
-    e_chunks, r_chunks = (lineage or lineage_of(ent, rel))(
-        {e for c in chain((eligible[cid] for cid in takers), uncounted) for e in c["entity_ids"]},
-        {r for cid in takers for r in eligible[cid]["relationship_ids"]})
+    e_chunks, r_chunks = (lineage or lineage_of(ent, rel))({e for cid in takers for e in eligible[cid]["entity_ids"]},
+                                                           {r for cid in takers for r in eligible[cid]["relationship_ids"]})
     wanted = {cid: candidate_chunks(eligible[cid], e_chunks, r_chunks, config.context_chunks) for cid in takers}
     c_text = {c: _clean(t) for c, t in chunk_text({ch for chunks in wanted.values() for ch in chunks}).items()}
     c_cost = dict(zip(c_text, (n + 2 for n in count(list(c_text.values())))))
@@ -190,8 +198,6 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
             if ch in c_cost and c_cost[ch] <= room:
                 chunks.append(ch)
                 room -= c_cost[ch]
-        if c.get("n_chunks") is None:  # a version written before the column: counted from the members' lists
-            c = c | {"n_chunks": len(set(chain.from_iterable(e_chunks[e] for e in c["entity_ids"] if e in e_chunks)))}
         plans[c["community_id"]] = _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost,
                                          entity_text, relationship_text, c_text, config, gen)
     return plans

@@ -46,7 +46,7 @@ class LLMReports:
         answer (the run's session; by default this process's query session). `known`: row
         token counts of earlier runs (row_tokens). `fixed`: {community id: input hash} of
         communities whose reports are reused unplanned (llm.plan_reports)."""
-        from graphwright.stages.report.llm import plan_reports
+        from graphwright.stages.report.llm import plan_reports, with_chunk_counts
 
         self.store, self.config, self.llm = store, config, llm
         self.engine = engine or (lambda: _query_engine(llm))
@@ -69,16 +69,13 @@ class LLMReports:
                          for name, key, wanted in (("entities", "entity_id", entity_ids),
                                                    ("relationships", "relationship_id", relationship_ids)))
 
+        communities = with_chunk_counts(communities, lineage, fixed)  # the plans and fallbacks rate by the count
         self.communities = {c["community_id"]: c for c in communities}
-        self.lineage = lineage
         self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed, lineage)
         self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
         c = self.communities[cid]
-        if c.get("n_chunks") is None:  # a version written before the column: counted from the members' lists
-            lists, _ = self.lineage(set(c["entity_ids"]), set())
-            c = c | {"n_chunks": len({ch for e in c["entity_ids"] for ch in lists.get(e, ())})}
         context = report_context(c, self.ent, self.rel, [rows[k] for k in c["children_ids"] if k in rows], self.config)
         return {**extractive_report(context, self.config), "generator": GENERATOR}
 
