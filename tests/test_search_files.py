@@ -248,3 +248,50 @@ def test_the_passage_graph_is_the_same_whatever_order_the_scan_gives_its_batches
     monkeypatch.setattr(IndexStore, "scanner", shuffled)
     second, _ = passage_graph.build(store, None)
     assert {k: v.tolist() for k, v in first.items()} == {k: v.tolist() for k, v in second.items()}
+
+
+def _embed_details(index) -> dict:
+    store = IndexStore(index)
+    last = store.read("runs", columns=["run_id", "started_at"]).sort_by([("started_at", "descending")]).column("run_id")[0].as_py()
+    return json.loads(store.read("stage_metrics", where=f"run_id = '{last}' AND stage = 'embed'").to_pylist()[0]["details"])
+
+
+def test_an_updates_passage_graph_is_brought_from_the_published_one_and_equals_a_build(versions):
+    """The update's graph takes the published graph's mention edges of the entities whose rows
+    did not change, and the lists of those that did, instead of every entity's chunk list; array
+    for array it is the graph built from the same tables."""
+    from graphwright.stages.embed import passage_graph
+
+    _, _, updated, fresh = versions
+    assert _embed_details(updated)["passage_graph"] == "changes"
+    assert _embed_details(fresh)["passage_graph"] == "table"
+    store = IndexStore(updated)
+    relative = load_manifest(store)["vector_indexes"]["graph"]
+    graph = PassageGraph(store.files, relative)
+    built, _ = passage_graph.build(store, graph.meta["synonyms"])
+    for name, array in built.items():
+        assert np.array_equal(np.load(updated / relative.rsplit("/", 1)[0] / f"{name}.npy"), array), name
+    assert int((graph.kinds == MENTION).sum()) > 0
+
+
+def test_a_passage_graph_whose_table_versions_are_unknown_is_built_from_the_tables(indexed, tmp_path):
+    """A graph that retention removed, or one written before meta.json recorded its table
+    versions whose manifest's versions do not give its path, cannot say what changed since: the
+    lists are read whole. When the manifest's versions give its path, they are the ones."""
+    from graphwright.stages.embed.passage_graph import node_keys
+    from graphwright.stages.embed.passage_update import updated_mentions
+
+    shutil.copytree(indexed.index, tmp_path / "index")
+    store = IndexStore(tmp_path / "index")
+    published = load_manifest(store)
+    keys = node_keys(store)
+    assert updated_mentions(store, published, *keys) is not None
+    gone = {**published, "vector_indexes": {**published["vector_indexes"], "graph": "graph/passage-gone/meta.json"}}
+    assert updated_mentions(store, gone, *keys) is None
+    relative = published["vector_indexes"]["graph"]
+    meta = json.loads(store.files.read_bytes(relative))
+    del meta["versions"]  # as graphs were written before
+    (tmp_path / "index" / relative).write_text(json.dumps(meta))
+    assert updated_mentions(store, published, *keys) is not None
+    later = {**published, "table_versions": {**published["table_versions"], "entities": published["table_versions"]["entities"] + 1}}
+    assert updated_mentions(store, later, *keys) is None

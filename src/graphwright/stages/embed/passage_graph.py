@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,17 +30,30 @@ from graphwright.util.numeric import in_runs, to_numpy
 FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
 MENTION, RELATIONSHIP, SYNONYM = 0, 1, 2  # edge kinds
+TABLES = ("chunks", "entities", "relationships")  # what a graph is built from
 ARRAYS = ("entity_ids", "chunk_ids", "indptr", "indices", "weights", "kinds", "chunk_counts")
 
 
-def write_passage_graph(store: IndexStore, synonyms: str | None) -> str:
-    """The passage graph's meta.json path (built unless this state's graph exists)."""
-    versions = {name: store.version(name) for name in ("chunks", "entities", "relationships")}
-    digest = ids.stable_id("passage-graph", FORMAT, *sorted(versions.items()), synonyms or "", length=16)
-    relative = f"graph/passage-{digest}/meta.json"
+Mentions = tuple[np.ndarray, np.ndarray]  # (entity node, chunk code) of each mention edge
+
+
+def write_passage_graph(store: IndexStore, synonyms: str | None,
+                        mentions_of: Callable[[pa.Array, pa.Array], Mentions | None] | None = None,
+                        stats: dict | None = None) -> str:
+    """The passage graph's meta.json path (built unless this state's graph exists).
+    `mentions_of(entity ids, chunk ids)`: the mention edges if they can be had without reading
+    every entity's chunk list (an update's, passage_update), else None; `stats` gets how they
+    were had ("changes" or "table")."""
+    versions = {name: store.version(name) for name in TABLES}
+    relative = graph_path(versions, synonyms)
     if store.files.exists(relative):
         return relative
-    arrays, meta = build(store, synonyms)
+    entity_keys, chunk_keys = node_keys(store)
+    mentions = mentions_of(entity_keys, chunk_keys) if mentions_of is not None else None
+    if stats is not None:
+        stats["passage_graph"] = "table" if mentions is None else "changes"
+    arrays, meta = build(store, synonyms, (entity_keys, chunk_keys), mentions)
+    meta["versions"] = versions  # what the next update reads the changes since
     folder = relative.rsplit("/", 1)[0]
     with tempfile.TemporaryDirectory(prefix="graphwright-graph-") as tmp:
         for name, array in arrays.items():
@@ -49,11 +63,37 @@ def write_passage_graph(store: IndexStore, synonyms: str | None) -> str:
     return relative
 
 
-def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray], dict]:
+def graph_path(versions: dict[str, int | None], synonyms: str | None) -> str:
+    """Where the graph of these table versions and synonym file is (its meta.json)."""
+    digest = ids.stable_id("passage-graph", FORMAT, *sorted(versions.items()), synonyms or "", length=16)
+    return f"graph/passage-{digest}/meta.json"
+
+
+def node_keys(store: IndexStore) -> tuple[pa.Array, pa.Array]:
+    """The entity ids and the chunk ids, each sorted (node i is the i-th entity, node
+    n_entities + j the j-th chunk)."""
     entities = store.read("entities", columns=["entity_id"]).column("entity_id").combine_chunks()
-    entity_keys = pc.take(entities, pc.sort_indices(entities))
     chunks = store.read("chunks", columns=["chunk_id"]).column("chunk_id").combine_chunks()
-    chunk_keys = pc.take(chunks, pc.sort_indices(chunks))
+    return pc.take(entities, pc.sort_indices(entities)), pc.take(chunks, pc.sort_indices(chunks))
+
+
+def mention_pairs(store: IndexStore, entity_keys: pa.Array, chunk_keys: pa.Array) -> Mentions:
+    """(entity node, chunk code) of every chunk each entity lists, from the whole entities table
+    (chunk codes index `chunk_keys`; -1 where it lacks one)."""
+    owners, chunks = [], []
+    for batches in in_runs(store.scanner("entities")(["entity_id", "chunk_ids"]), lambda b: len(pc.list_flatten(b.column("chunk_ids")))):
+        lists = [b.column("chunk_ids") for b in batches]
+        owners.append(_codes([pc.take(b.column("entity_id"), pc.list_parent_indices(x)) for b, x in zip(batches, lists)], entity_keys))
+        chunks.append(_codes([pc.list_flatten(x) for x in lists], chunk_keys))
+    empty = np.zeros(0, np.int64)
+    return np.concatenate(owners or [empty]), np.concatenate(chunks or [empty])
+
+
+def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Array] | None = None,
+          mentions: Mentions | None = None) -> tuple[dict[str, np.ndarray], dict]:
+    """The graph's arrays and meta; `mentions`: its (entity node, chunk code) pairs when known
+    (an update's), else read from every entity's chunk list."""
+    entity_keys, chunk_keys = keys if keys is not None else node_keys(store)
     n_entities, n_chunks = len(entity_keys), len(chunk_keys)
     src, dst, weight, kind = [], [], [], []
 
@@ -72,11 +112,8 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
     if pairs is not None and pairs.num_rows:
         add(_codes(pairs.column("entity_id").chunks, entity_keys), _codes(pairs.column("other_id").chunks, entity_keys),
             to_numpy(pairs.column("similarity"), np.float32), SYNONYM)
-    for batches in in_runs(store.scanner("entities")(["entity_id", "chunk_ids"]), lambda b: len(pc.list_flatten(b.column("chunk_ids")))):
-        lists = [b.column("chunk_ids") for b in batches]
-        owner = _codes([pc.take(b.column("entity_id"), pc.list_parent_indices(x)) for b, x in zip(batches, lists)], entity_keys)
-        chunk = _codes([pc.list_flatten(x) for x in lists], chunk_keys)
-        add(owner, n_entities + np.where(chunk >= 0, chunk, -n_entities - 1), np.ones(len(owner)), MENTION)
+    owner, chunk = mentions if mentions is not None else mention_pairs(store, entity_keys, chunk_keys)
+    add(owner, n_entities + np.where(chunk >= 0, chunk, -n_entities - 1), np.ones(len(owner)), MENTION)
     n = n_entities + n_chunks
     src_all = np.concatenate(src) if src else np.zeros(0, np.int64)
     dst_all = np.concatenate(dst) if dst else np.zeros(0, np.int64)
@@ -87,9 +124,9 @@ def build(store: IndexStore, synonyms: str | None) -> tuple[dict[str, np.ndarray
     order = np.argsort(src_all * n + dst_all, kind="stable")
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(src_all, minlength=n), out=indptr[1:])
-    mentions = np.concatenate([a for a, k in zip(src, kind) if len(k) and k[0] == MENTION] or [np.zeros(0, np.int64)])
+    mentioned = src[-2]  # the mentions' entity side, added last
     arrays = {
-        "chunk_counts": np.bincount(mentions[mentions < n_entities], minlength=n_entities).astype(np.int64),
+        "chunk_counts": np.bincount(mentioned, minlength=n_entities).astype(np.int64),
         "entity_ids": _fixed(entity_keys), "chunk_ids": _fixed(chunk_keys), "indptr": indptr,
         "indices": dst_all[order].astype(np.int32),
         "weights": (np.concatenate(weight) if weight else np.zeros(0, np.float32))[order],
@@ -106,7 +143,15 @@ def _codes(values: list, keys: pa.Array) -> np.ndarray:
 
 
 def _fixed(keys: pa.Array) -> np.ndarray:
-    """Sorted ids as a fixed-width bytes array (searchsorted finds an id without a hash table)."""
-    values = keys.to_pylist()
-    width = max((len(v) for v in values), default=1)
-    return np.array([v.encode() for v in values], dtype=f"S{width}")
+    """Sorted ids as a fixed-width bytes array (searchsorted finds an id without a hash table);
+    ids of one length (content hashes) are cut from the array's data buffer, not listed."""
+    if not len(keys):
+        return np.zeros(0, dtype="S1")
+    keys = keys.cast(pa.string())
+    lengths = to_numpy(pc.binary_length(keys), np.int64)
+    width = int(lengths.max())
+    if keys.null_count == 0 and int(lengths.min()) == width and width > 0:
+        offsets = np.frombuffer(keys.buffers()[1], dtype=np.int32, count=len(keys) + 1, offset=keys.offset * 4)
+        data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+        return data.view(f"S{width}").copy()
+    return np.array([v.encode() for v in keys.to_pylist()], dtype=f"S{max(width, 1)}")
