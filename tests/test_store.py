@@ -336,3 +336,39 @@ def test_distinct_array_holds_each_value_once_across_files(store):
     assert values.to_pylist() == ["src"] and values.type == pa.string()
     assert sorted(store.distinct_array("documents", "doc_id", where="n_chars = 6").to_pylist()) == [f"d{i:04d}" for i in range(5)]
     assert store.distinct_array("chunks", "chunk_id").to_pylist() == []
+
+
+def _codecs_and_row_groups(root, name: str) -> tuple[set[str], int]:
+    """The codecs of a table's data files and the most rows a row group holds."""
+    from graphwright.storage.patch import data_files
+
+    store = IndexStore(root)
+    codecs, most = set(), 0
+    for path, _ in data_files(store, name):
+        meta = pq.ParquetFile(f"{store.path(name)}/{path}").metadata
+        for g in range(meta.num_row_groups):
+            codecs |= {meta.row_group(g).column(c).compression for c in range(meta.num_columns)}
+            most = max(most, meta.row_group(g).num_rows)
+    return codecs, most
+
+
+def test_every_writer_writes_zstd_and_a_patch_or_spill_in_row_groups_of_bounded_size(tmp_path, monkeypatch):
+    """A patch, a spill, and delta-rs's appends, MERGEs and DELETEs write zstd; a patch and a
+    spill write row groups a reader decodes in parallel (a patch wrote one Snappy row group per
+    file, which every update read on one core)."""
+    from graphwright.storage import parquet_files
+    from graphwright.storage.patch import patch_table
+
+    monkeypatch.setattr(parquet_files, "ROW_GROUP_BYTES", 2000)
+    store = IndexStore(tmp_path / "a")
+    store.append("documents", docs(200))
+    store.upsert("documents", docs(5, text="changed"))
+    store.delete("documents", "doc_id = 'd0003'")
+    assert _codecs_and_row_groups(tmp_path / "a", "documents")[0] == {"ZSTD"}
+    patch_table(store, "documents", ["d0004"], [docs(1, start=7, text="patched")])
+    codecs, most = _codecs_and_row_groups(tmp_path / "a", "documents")
+    assert codecs == {"ZSTD"} and most < 100  # every file was rewritten by the patch, in small row groups
+    other = IndexStore(tmp_path / "b")
+    other.replace_parts_if_changed("documents", [docs(200)])
+    codecs, most = _codecs_and_row_groups(tmp_path / "b", "documents")
+    assert codecs == {"ZSTD"} and most < 100

@@ -25,6 +25,7 @@ from graphwright.ops.versions import retain
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.log_retention import KEEP_LOG
 from graphwright.storage.memo import rebase_notes
+from graphwright.storage.parquet_files import delta_writer_properties
 from graphwright.storage.patch import data_files
 
 
@@ -58,6 +59,7 @@ def maintain(store: IndexStore, run_id: str, config: MaintenanceConfig, cost=Non
             if store.exists(name) and len(data_files(store, name)) >= config.min_files:
                 before = store.version(name)
                 result = store.ensure(name).optimize.compact(target_size=config.target_file_mb << 20,
+                                                             writer_properties=delta_writer_properties(),
                                                              post_commithook_properties=KEEP_LOG)
                 moved[name] = (before, store.version(name))
                 compacted[name] = {"files_removed": result["numFilesRemoved"], "files_added": result["numFilesAdded"]}

@@ -28,6 +28,7 @@ from graphwright.storage import contracts, health, location
 from graphwright.storage.health import table_error
 from graphwright.storage.log_retention import KEEP_LOG, TABLE_PROPERTIES
 from graphwright.storage.diff import key_column, row_diff, row_digests
+from graphwright.storage.parquet_files import delta_writer_properties, write_parquet
 
 
 def sql_list(values) -> str:
@@ -66,7 +67,7 @@ def _file_sizes(dt: DeltaTable) -> dict[str, int]:
     return dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
 
 
-SPILL_ROW_GROUP_BYTES = 64 << 20
+WRITE = {"writer_properties": delta_writer_properties(), "post_commithook_properties": KEEP_LOG}  # for delta-rs writes
 
 
 def spill(name: str, parts: Iterable[pa.Table], folder: str) -> Iterator[tuple[str, pa.Table]]:
@@ -77,9 +78,9 @@ def spill(name: str, parts: Iterable[pa.Table], folder: str) -> Iterator[tuple[s
     for i, part in enumerate(parts):
         data = schema.validate(part)
         path = f"{folder}/{i:06d}.parquet"
-        # row groups of about SPILL_ROW_GROUP_BYTES: a reader decodes a row group whole, and a
-        # level of communities, written as one, held 1.3 GB of chunk lists at 1.2M chunks
-        pq.write_table(data, path, row_group_size=max(1, data.num_rows * SPILL_ROW_GROUP_BYTES // max(1, data.nbytes)))
+        # row groups of a bounded size: a level of communities, written as one, held 1.3 GB of
+        # chunk lists at 1.2M chunks
+        write_parquet(data, path)
         yield path, data
 
 
@@ -275,7 +276,7 @@ class IndexStore:
         data = contracts.schema(name).validate(table)
         self._writing(name)
         self.ensure(name)
-        write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options, post_commithook_properties=KEEP_LOG)
+        write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options, **WRITE)
         return self.version(name)
 
     def upsert(self, name: str, table: pa.Table) -> int:
@@ -286,7 +287,7 @@ class IndexStore:
         dt = self.ensure(name)
         if data.num_rows:
             on = " AND ".join(f't."{k}" = s."{k}"' for k in schema.primary_key)
-            merge = dt.merge(data, predicate=on, source_alias="s", target_alias="t", post_commithook_properties=KEEP_LOG)
+            merge = dt.merge(data, predicate=on, source_alias="s", target_alias="t", **WRITE)
             merge.when_matched_update_all().when_not_matched_insert_all().execute()
         return self.version(name)
 
@@ -297,7 +298,7 @@ class IndexStore:
         # opening replays the log since its checkpoint; a stage appends to several tables per commit)
         dt = self.ensure(name)
         if data.num_rows:
-            write_deltalake(dt, data, mode="append", post_commithook_properties=KEEP_LOG)
+            write_deltalake(dt, data, mode="append", **WRITE)
         return dt.version()
 
     def replace_if_changed(self, name: str, table: pa.Table) -> dict:
@@ -328,8 +329,7 @@ class IndexStore:
                 if schema.partition_by:
                     batches = (batch for path, _ in files for batch in pq.ParquetFile(path).iter_batches())
                     reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
-                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options,
-                                    post_commithook_properties=KEEP_LOG)
+                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options, **WRITE)
                 else:
                     self._commit_files(dt, name, files)
         return diff
@@ -368,7 +368,7 @@ class IndexStore:
             return 0
         if self.journal is not None:
             self.journal.setdefault(name, dt.version())
-        return int(dt.delete(where, post_commithook_properties=KEEP_LOG).get("num_deleted_rows", 0))
+        return int(dt.delete(where, **WRITE).get("num_deleted_rows", 0))
 
     def delete_in(self, name: str, column: str, values, *, also: str | None = None) -> int:
         """Delete rows whose `column` is in `values` (and that match the SQL predicate `also`),

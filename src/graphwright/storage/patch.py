@@ -25,6 +25,7 @@ from deltalake.transaction import AddAction, RemoveAction
 from graphwright.storage import contracts, location
 from graphwright.storage.diff import key_column, row_digests
 from graphwright.storage.log_retention import KEEP_LOG
+from graphwright.storage.parquet_files import write_parquet
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -83,7 +84,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
                 continue
             keys.append(key_column(data, key))
             path = f"{folder}/new-{i:06d}.parquet"
-            pq.write_table(data, path)
+            write_parquet(data, path)
             adds.append((path, data.num_rows))
             stats["rows_added"] += data.num_rows
         touched = pc.unique(pa.concat_arrays(keys))
@@ -104,7 +105,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
                 if n_hit < len(hit):
                     kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
                     local = f"{folder}/kept-{len(removes):06d}.parquet"
-                    pq.write_table(schema.validate(kept), local)
+                    write_parquet(schema.validate(kept), local)
                     moved.append((local, kept.num_rows))
         stats["files_added"] = len(adds) + len(moved)
         if adds or moved or removes or not store.exists(name):
