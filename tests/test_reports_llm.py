@@ -276,7 +276,7 @@ def test_an_unchanged_rerun_skips_llm_reports_without_planning_them(server, corp
 def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
     import random
 
-    from graphwright.stages.report.llm import candidate_chunks
+    from graphwright.stages.report.support import Support
 
     rng = random.Random(7)
     ent = {f"e{i}": {"chunk_ids": [f"c{rng.randrange(40)}" for _ in range(rng.randrange(8))]} for i in range(30)}
@@ -286,9 +286,45 @@ def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
     for row in [*rel.values(), *ent.values()]:
         for c in row["chunk_ids"]:
             support[c] = support.get(c, 0) + 1
+    coded = Support.of_lists({k: v["chunk_ids"] for k, v in ent.items()}, {k: v["chunk_ids"] for k, v in rel.items()})
     for n in (0, 1, 5, 39, 100):
-        lists = {k: v["chunk_ids"] for k, v in ent.items()}, {k: v["chunk_ids"] for k, v in rel.items()}
-        assert candidate_chunks(community, *lists, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
+        assert coded.top(community, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
+    assert coded.distinct(list(ent)) == len({c for row in ent.values() for c in row["chunk_ids"]})
+    assert coded.top({"entity_ids": [], "relationship_ids": []}, 5) == [] and coded.distinct([]) == 0
+
+
+def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, corpus, tmp_path, monkeypatch):
+    """The chunk lists of the members of the communities an update plans are millions of ids at
+    1.2M chunks: they are handed over as Arrow tables and coded, not listed as Python strings,
+    and the plans are those planned from rows that carry the lists."""
+    from graphwright.stages.report.llm import lineage_of, plan_reports
+    from graphwright.stages.report.support import Support
+
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    store = IndexStore(tmp_path / "index")
+    communities = store.read("communities").to_pylist()
+    ent = {r["entity_id"]: r for r in store.read("entities").to_pylist()}
+    rel = {r["relationship_id"]: r for r in store.read("relationships").to_pylist()}
+
+    def chunk_text(wanted):
+        return {r["chunk_id"]: r["text"] for r in store.rows_in("chunks", "chunk_id", wanted, ["chunk_id", "text"]).to_pylist()}
+
+    full = plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))
+    handed: list = []
+    coded = Support.of.__func__
+
+    def spy(cls, *tables):
+        handed.extend(tables)
+        return coded(cls, *tables)
+
+    monkeypatch.setattr(Support, "of", classmethod(spy))
+    plans = LLMReports(store, cfg.report, cfg.llm, communities).plans
+    assert {c: (p.input_hash, p.rating, p.chunks) for c, p in plans.items()} == \
+        {c: (p.input_hash, p.rating, p.chunks) for c, p in full.items()}
+    assert any(p.chunks for p in plans.values())
+    lists = [t for t in handed if t is not None]
+    assert lists and all(isinstance(t, pa.Table) and "chunk_ids" in t.column_names for t in lists)
 
 
 def _changed_reports(store: IndexStore, since: int):

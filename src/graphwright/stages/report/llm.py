@@ -13,19 +13,17 @@ when the parent's prompt is built. Tokens are counted with the chunker's tokeniz
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain
 
 from graphwright import ids
 from graphwright.engines.llm.interface import LLMRequest
 from graphwright.stages.extract.parse import ParseError, loads_lenient
 from graphwright.stages.report.row_tokens import RowTokens
+from graphwright.stages.report.support import Lineage, Support
 from graphwright.text.tokens import count_tokens, truncate_tokens
 
 PROMPT_VERSION = "report-v1"
@@ -90,24 +88,9 @@ def relationship_row(r: dict) -> str:
     return _clean(f"{r['source']}|{r['target']}|{r['description']}")
 
 
-def candidate_chunks(community: dict, entity_chunks: dict, relationship_chunks: dict, n: int) -> list[str]:
-    """The community's `n` text units that support most of its rows (ties by id), from
-    {entity id: chunk ids} and {relationship id: chunk ids}."""
-    if n <= 0:
-        return []
-    # counted in C and the top n picked without sorting every chunk (a large community's support
-    # spans 100k chunks: sorting them all took 9 s an update at 1.2M chunks); nsmallest equals sorted()[:n]
-    support = Counter(chain.from_iterable(relationship_chunks[r] for r in community["relationship_ids"] if r in relationship_chunks))
-    support.update(chain.from_iterable(entity_chunks[e] for e in community["entity_ids"] if e in entity_chunks))
-    return [c for c, _ in heapq.nsmallest(n, support.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
-Lineage = Callable[[set[str], set[str]], tuple[dict[str, list[str]], dict[str, list[str]]]]
-
-
 def lineage_of(ent: dict, rel: dict) -> Lineage:
     """Chunk lists read from rows that carry them (`chunk_ids`)."""
-    return lambda es, rs: ({e: ent[e]["chunk_ids"] for e in es if e in ent}, {r: rel[r]["chunk_ids"] for r in rs if r in rel})
+    return lambda es, rs: Support.of_lists({e: ent[e]["chunk_ids"] for e in es if e in ent}, {r: rel[r]["chunk_ids"] for r in rs if r in rel})
 
 
 def with_chunk_counts(communities: list[dict], lineage: Lineage, fixed: dict[str, str] | None = None) -> list[dict]:
@@ -116,8 +99,8 @@ def with_chunk_counts(communities: list[dict], lineage: Lineage, fixed: dict[str
     uncounted = [c for c in communities if c.get("n_chunks") is None and c["community_id"] not in (fixed or {})]
     if not uncounted:
         return communities
-    lists, _ = lineage({e for c in uncounted for e in c["entity_ids"]}, set())
-    counts = {c["community_id"]: len({ch for e in c["entity_ids"] for ch in lists.get(e, ())}) for c in uncounted}
+    support = lineage({e for c in uncounted for e in c["entity_ids"]}, set())
+    counts = {c["community_id"]: support.distinct(c["entity_ids"]) for c in uncounted}
     return [c | {"n_chunks": counts[c["community_id"]]} if c["community_id"] in counts else c for c in communities]
 
 
@@ -181,9 +164,9 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
         rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
     takers = [cid for cid, planned in rows.items() if planned is not None and not planned[2] and planned[3] > 0
               and config.context_chunks > 0]
-    e_chunks, r_chunks = (lineage or lineage_of(ent, rel))({e for cid in takers for e in eligible[cid]["entity_ids"]},
-                                                           {r for cid in takers for r in eligible[cid]["relationship_ids"]})
-    wanted = {cid: candidate_chunks(eligible[cid], e_chunks, r_chunks, config.context_chunks) for cid in takers}
+    support = (lineage or lineage_of(ent, rel))({e for cid in takers for e in eligible[cid]["entity_ids"]},
+                                                {r for cid in takers for r in eligible[cid]["relationship_ids"]})
+    wanted = {cid: support.top(eligible[cid], config.context_chunks) for cid in takers}
     c_text = {c: _clean(t) for c, t in chunk_text({ch for chunks in wanted.values() for ch in chunks}).items()}
     c_cost = dict(zip(c_text, (n + 2 for n in count(list(c_text.values())))))
     gen = generator(model)

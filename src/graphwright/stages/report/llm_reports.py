@@ -16,6 +16,7 @@ from graphwright.stages.report.extractive import (
     report_context,
 )
 from graphwright.stages.report.row_tokens import RowTokens
+from graphwright.stages.report.support import Support
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 
@@ -64,10 +65,10 @@ class LLMReports:
         def chunk_text(wanted: set[str]) -> dict[str, str]:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
 
-        def lineage(entity_ids: set[str], relationship_ids: set[str]) -> tuple[dict, dict]:
-            return tuple({r[key]: r["chunk_ids"] for r in rows(name, key, wanted, [key, "chunk_ids"])} if wanted else {}
-                         for name, key, wanted in (("entities", "entity_id", entity_ids),
-                                                   ("relationships", "relationship_id", relationship_ids)))
+        def lineage(entity_ids: set[str], relationship_ids: set[str]) -> Support:  # as Arrow lists, coded once
+            return Support.of(*(store.rows_in(name, key, wanted, [key, "chunk_ids"], version=pins.get(name)) if wanted else None
+                                for name, key, wanted in (("entities", "entity_id", entity_ids),
+                                                          ("relationships", "relationship_id", relationship_ids))))
 
         communities = with_chunk_counts(communities, lineage, fixed)  # the plans and fallbacks rate by the count
         self.communities = {c["community_id"]: c for c in communities}
