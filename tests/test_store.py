@@ -352,8 +352,8 @@ def _codecs_and_row_groups(root, name: str) -> tuple[set[str], int]:
     return codecs, most
 
 
-def test_every_writer_writes_zstd_and_a_patch_or_spill_in_row_groups_of_bounded_size(tmp_path, monkeypatch):
-    """A patch, a spill, and delta-rs's appends, MERGEs and DELETEs write zstd; a patch and a
+def test_every_writer_writes_lz4_and_a_patch_or_spill_in_row_groups_of_bounded_size(tmp_path, monkeypatch):
+    """A patch, a spill, and delta-rs's appends, MERGEs and DELETEs write LZ4; a patch and a
     spill write row groups a reader decodes in parallel (a patch wrote one Snappy row group per
     file, which every update read on one core)."""
     from graphwright.storage import parquet_files
@@ -364,11 +364,11 @@ def test_every_writer_writes_zstd_and_a_patch_or_spill_in_row_groups_of_bounded_
     store.append("documents", docs(200))
     store.upsert("documents", docs(5, text="changed"))
     store.delete("documents", "doc_id = 'd0003'")
-    assert _codecs_and_row_groups(tmp_path / "a", "documents")[0] == {"ZSTD"}
+    assert _codecs_and_row_groups(tmp_path / "a", "documents")[0] == {"LZ4"}  # pyarrow's name for LZ4_RAW
     patch_table(store, "documents", ["d0004"], [docs(1, start=7, text="patched")])
     codecs, most = _codecs_and_row_groups(tmp_path / "a", "documents")
-    assert codecs == {"ZSTD"} and most < 100  # every file was rewritten by the patch, in small row groups
+    assert codecs == {"LZ4"} and most < 100  # every file was rewritten by the patch, in small row groups
     other = IndexStore(tmp_path / "b")
     other.replace_parts_if_changed("documents", [docs(200)])
     codecs, most = _codecs_and_row_groups(tmp_path / "b", "documents")
-    assert codecs == {"ZSTD"} and most < 100
+    assert codecs == {"LZ4"} and most < 100
