@@ -293,12 +293,10 @@ def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
     assert coded.top({"entity_ids": [], "relationship_ids": []}, 5) == [] and coded.distinct([]) == 0
 
 
-def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, corpus, tmp_path, monkeypatch):
-    """The chunk lists of the members of the communities an update plans are millions of ids at
-    1.2M chunks: they are handed over as Arrow tables and coded, not listed as Python strings,
-    and the plans are those planned from rows that carry the lists."""
+def _planned_from_rows(server, corpus, tmp_path):
+    """An index of the corpus, and its plans made from rows that carry every chunk list: (config,
+    store, communities, (entity rows, relationship rows, chunk texts by id), plans)."""
     from graphwright.stages.report.llm import lineage_of, plan_reports
-    from graphwright.stages.report.support import Support
 
     cfg = config(server)
     run([corpus], tmp_path / "index", cfg)
@@ -310,7 +308,17 @@ def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, 
     def chunk_text(wanted):
         return {r["chunk_id"]: r["text"] for r in store.rows_in("chunks", "chunk_id", wanted, ["chunk_id", "text"]).to_pylist()}
 
-    full = plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))
+    return cfg, store, communities, (ent, rel, chunk_text), plan_reports(communities, ent, rel, chunk_text, cfg.report,
+                                                                         cfg.llm.model, lineage=lineage_of(ent, rel))
+
+
+def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, corpus, tmp_path, monkeypatch):
+    """The chunk lists of the members of the communities an update plans are millions of ids at
+    1.2M chunks: they are handed over as Arrow tables and coded, not listed as Python strings,
+    and the plans are those planned from rows that carry the lists."""
+    from graphwright.stages.report.support import Support
+
+    cfg, store, communities, (ent, rel, chunk_text), full = _planned_from_rows(server, corpus, tmp_path)
     handed: list = []
     coded = Support.of.__func__
 
@@ -464,19 +472,9 @@ def test_plans_read_the_chunk_lists_of_only_the_communities_that_take_text_units
     update that plans a top-level community again does not read its members' chunk lists (most
     of the index's lineage), only those of the communities that take text units. The plans are
     those planned from rows that carry every list."""
-    from graphwright.stages.report.llm import lineage_of, plan_reports
+    from graphwright.stages.report.llm import plan_reports
 
-    cfg = config(server)
-    run([corpus], tmp_path / "index", cfg)
-    store = IndexStore(tmp_path / "index")
-    communities = store.read("communities").to_pylist()
-    ent = {r["entity_id"]: r for r in store.read("entities").to_pylist()}
-    rel = {r["relationship_id"]: r for r in store.read("relationships").to_pylist()}
-
-    def chunk_text(wanted):
-        return {r["chunk_id"]: r["text"] for r in store.rows_in("chunks", "chunk_id", wanted, ["chunk_id", "text"]).to_pylist()}
-
-    full = plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))
+    cfg, store, communities, (ent, rel, chunk_text), full = _planned_from_rows(server, corpus, tmp_path)
     # an update whose leaves kept their inputs: every other community is planned again
     fixed = {c["community_id"]: full[c["community_id"]].input_hash for c in communities
              if not c["children_ids"] and c["community_id"] in full}

@@ -83,4 +83,3 @@ def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
     return at[sorted_ids[at] == ids]
-
