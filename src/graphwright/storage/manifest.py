@@ -29,6 +29,14 @@ def manifests(store: IndexStore) -> list[dict]:
     return sorted(rows, key=lambda r: r["version"])
 
 
+def published(store: IndexStore) -> dict:
+    """The latest published version's manifest, or {} before the first publish."""
+    try:
+        return load_manifest(store)
+    except NoPublishedVersion:
+        return {}
+
+
 def load_manifest(store: IndexStore, version: int | None = None) -> dict:
     rows = manifests(store)
     if not rows:

@@ -55,10 +55,7 @@ def write_lexical_indexes(store: IndexStore, cfg, stats: dict | None = None) -> 
     `stats` gets, per kind, how its changes were found and how many rows were read."""
     if cfg.search_index.lexical == "none":
         return {}
-    try:
-        published = manifest.load_manifest(store)["vector_indexes"]
-    except manifest.NoPublishedVersion:
-        published = {}
+    published = manifest.published(store).get("vector_indexes", {})
     threads = min(4, driver_cores(cfg.execution))
     stats = {} if stats is None else stats
     return {manifest_key(kind): write_kind(store, kind, published.get(manifest_key(kind)), threads, stats.setdefault(kind, {}))

@@ -50,7 +50,8 @@ def updated_mentions(store, published: dict, entity_keys: pa.Array, chunk_keys: 
     entity_now, chunk_now = _fixed(entity_keys), _fixed(chunk_keys)
     entity_map = _carry(old.entity_ids, entity_now)
     redone = pa.concat_arrays([changes.rows.column("entity_id").combine_chunks().cast(pa.string()), changes.deleted.cast(pa.string())])
-    entity_map[_positions(old.entity_ids, _fixed(pc.unique(redone)))] = -1
+    at = _carry(_fixed(pc.unique(redone)), old.entity_ids)[:-1]
+    entity_map[at[at >= 0]] = -1
     owner, chunk = entity_map[owner], _carry(old.chunk_ids, chunk_now)[chunk]
     kept = (owner >= 0) & (chunk >= 0)
     rows = changes.rows
@@ -68,18 +69,10 @@ def _versions_named_by(path: str, meta: dict, table_versions: dict) -> dict | No
 
 
 def _carry(old_ids: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
-    """For each old node id, its position among the sorted `new_ids` (-1 where gone)."""
+    """For each of `old_ids`, its position among the sorted `new_ids` (-1 where absent)."""
     out = np.full(len(old_ids) + 1, -1, np.int64)  # the extra slot: what -1 (absent) maps to
     if len(old_ids) and len(new_ids):
         at = np.minimum(np.searchsorted(new_ids, old_ids), len(new_ids) - 1)
         found = new_ids[at] == old_ids
         out[:-1][found] = at[found]
     return out
-
-
-def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Positions in `sorted_ids` of those of `ids` it holds."""
-    if not len(sorted_ids) or not len(ids):
-        return np.zeros(0, np.int64)
-    at = np.minimum(np.searchsorted(sorted_ids, ids), len(sorted_ids) - 1)
-    return at[sorted_ids[at] == ids]

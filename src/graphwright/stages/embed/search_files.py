@@ -5,7 +5,6 @@ graph (passage_graph). Returned by manifest key, pinned by the manifest with the
 from __future__ import annotations
 
 import time
-from functools import partial
 
 from graphwright.stages.embed.lexical import write_lexical_indexes
 from graphwright.stages.embed.passage_graph import MANIFEST_KEY as GRAPH_KEY
@@ -13,6 +12,7 @@ from graphwright.stages.embed.passage_graph import write_passage_graph
 from graphwright.stages.embed.passage_update import updated_mentions
 from graphwright.stages.embed.synonyms import MANIFEST_KEY as SYNONYMS_KEY
 from graphwright.stages.embed.synonyms import NAME_KIND, write_synonyms
+from graphwright.storage import manifest
 
 
 def write_search_files(store, cfg, model: str, vector_files: dict[str, str], seconds: dict) -> dict[str, str]:
@@ -28,19 +28,11 @@ def write_search_files(store, cfg, model: str, vector_files: dict[str, str], sec
             out[SYNONYMS_KEY] = synonyms
         seconds["synonyms_s"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
-        out[GRAPH_KEY] = write_passage_graph(store, synonyms, partial(updated_mentions, store, _published(store)), seconds)
+        out[GRAPH_KEY] = write_passage_graph(  # the published graph is read only when this state's is not there
+            store, synonyms, lambda entity_keys, chunk_keys: updated_mentions(store, manifest.published(store), entity_keys, chunk_keys),
+            seconds)
         seconds["passage_graph_s"] = round(time.perf_counter() - started, 3)
     return out
-
-
-def _published(store) -> dict:
-    """The published manifest ({} before the first publish)."""
-    from graphwright.storage import manifest
-
-    try:
-        return manifest.load_manifest(store)
-    except manifest.NoPublishedVersion:
-        return {}
 
 
 def unused_files(files, kept: list[dict]) -> list[str]:

@@ -83,10 +83,7 @@ def read_synonyms(files, relative: str | None) -> pa.Table | None:
 
 
 def _published(store: IndexStore) -> tuple[pa.Table, pa.Table] | None:
-    try:
-        relative = manifest.load_manifest(store)["vector_indexes"].get(MANIFEST_KEY)
-    except manifest.NoPublishedVersion:
-        return None
+    relative = manifest.published(store).get("vector_indexes", {}).get(MANIFEST_KEY)
     if relative is None or not store.files.exists(relative) or not store.files.exists(covered_path(relative)):
         return None
     return (pq.read_table(pa.BufferReader(store.files.read_bytes(relative))),

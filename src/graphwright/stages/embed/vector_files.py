@@ -80,9 +80,8 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
 def published_vector_file(store: IndexStore, kind: str) -> tuple[str | None, int | None]:
     """The latest published version's vector index file of `kind` (a base or an overlay), if it
     has a usable one, and the embeddings table version it pins."""
-    try:
-        latest = manifest.load_manifest(store)
-    except manifest.NoPublishedVersion:
+    latest = manifest.published(store)
+    if not latest:
         return None, None
     relative, pinned = latest["vector_indexes"].get(kind), latest["table_versions"].get("embeddings")
     if relative is None or not store.files.exists(relative):
