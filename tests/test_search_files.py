@@ -94,12 +94,16 @@ def test_an_update_equals_a_fresh_build(versions):
     assert _graph_edges(updated) == _graph_edges(fresh)
 
 
-def _lexical_reads(index) -> dict:
-    """How the last run's embed stage found each lexical index's changes."""
+def _embed_details(index) -> dict:
+    """The stage_metrics details of the last run's embed stage."""
     store = IndexStore(index)
     last = store.read("runs", columns=["run_id", "started_at"]).sort_by([("started_at", "descending")]).column("run_id")[0].as_py()
-    row = store.read("stage_metrics", where=f"run_id = '{last}' AND stage = 'embed'").to_pylist()[0]
-    return json.loads(row["details"])["lexical"]
+    return json.loads(store.read("stage_metrics", where=f"run_id = '{last}' AND stage = 'embed'").to_pylist()[0]["details"])
+
+
+def _lexical_reads(index) -> dict:
+    """How the last run's embed stage found each lexical index's changes."""
+    return _embed_details(index)["lexical"]
 
 
 def test_an_update_reads_from_the_delta_log_only_the_rows_that_changed(versions):
@@ -248,12 +252,6 @@ def test_the_passage_graph_is_the_same_whatever_order_the_scan_gives_its_batches
     monkeypatch.setattr(IndexStore, "scanner", shuffled)
     second, _ = passage_graph.build(store, None)
     assert {k: v.tolist() for k, v in first.items()} == {k: v.tolist() for k, v in second.items()}
-
-
-def _embed_details(index) -> dict:
-    store = IndexStore(index)
-    last = store.read("runs", columns=["run_id", "started_at"]).sort_by([("started_at", "descending")]).column("run_id")[0].as_py()
-    return json.loads(store.read("stage_metrics", where=f"run_id = '{last}' AND stage = 'embed'").to_pylist()[0]["details"])
 
 
 def test_an_updates_passage_graph_is_brought_from_the_published_one_and_equals_a_build(versions):
