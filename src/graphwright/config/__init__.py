@@ -19,6 +19,9 @@ class IngestConfig(_Section):
     # a mirror run that would delete more than this share of the indexed documents refuses
     # (a mistyped source folder must not wipe an index); --force overrides
     max_delete_fraction: float = Field(0.5, ge=0, le=1)
+    # a local file with the size and modification time it had when last read without a problem
+    # is taken from the index unread (stages/ingest/quick_check.py); false reads every file
+    quick_check: bool = True
 
 
 class ChunkConfig(_Section):

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from graphwright.pipeline.errors import NothingToIndex, RefusedDeletion
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.ingest.diff import diff_documents, kind_collisions
+from graphwright.stages.ingest.quick_check import QuickCheck, troubled_sources
 from graphwright.stages.ingest.sources import SourceError, document_tables
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore, spill
@@ -23,16 +24,20 @@ def execute(run, m: dict) -> dict:
     sources, mirror, force = run.request.sources, run.request.mirror, run.request.force
     with tempfile.TemporaryDirectory(prefix="graphwright-ingest-") as folder:
         columns = ["doc_id", "content_hash", "source", "title", "metadata"]  # what the diff compares
-        indexed = run.store.read("documents", columns=columns)
+        indexed = run.store.read("documents", columns=[*columns, "source_key"])
+        quick = QuickCheck.load(run.store, indexed, run.config.ingest.quick_check)
+        indexed = indexed.select(columns)
         errors: list[SourceError] = []
         failed_sources: set[str] = set()
         # the documents are spilled a part at a time and only the columns the diff needs are
         # kept: the text is never whole in memory (at 100k documents, 1.1 GB of it)
         files, kept = [], []  # per spilled file: (path, rows), and its rows' diff columns
-        for path, part in spill("documents", document_tables(sources, run.run_id, errors, failed_sources), folder):
+        parts = document_tables(sources, run.run_id, errors, failed_sources, reuse=quick)
+        for path, part in spill("documents", parts, folder):
             files.append((path, part.num_rows))
             kept.append(part.select(columns))
-        incoming = pa.concat_tables([contracts.empty("documents").select(columns), *kept])
+        taken = quick.accepted_rows(columns)  # unchanged files: their indexed rows, unread
+        incoming = pa.concat_tables([contracts.empty("documents").select(columns), *kept, taken])
         if not mirror and indexed.num_rows:
             incoming = _without_collisions(incoming, indexed, errors)
         for err in errors:
@@ -69,7 +74,9 @@ def execute(run, m: dict) -> dict:
             holding = [path for (path, _), keys in zip(files, kept) if pc.any(pc.is_in(keys.column("doc_id"), value_set=wanted)).as_py()]
             patch_table(run.store, "documents", pa.array(sorted(diff.deleted), pa.string()),
                         [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in map(pq.read_table, holding)])
+        recorded = quick.save(run.store, incoming, troubled_sources(errors, failed_sources))
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),
+                 files_unread=len(quick.accepted), files_recorded=recorded,
                  work_unit="documents", work_done=incoming.num_rows, work_total=incoming.num_rows)
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in errors]}
 

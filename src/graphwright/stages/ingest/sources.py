@@ -242,12 +242,14 @@ def read_sources(sources: list[str | Path]) -> SourceBatch:
 TABLE_BATCH_DOCUMENTS = 1000
 
 
-def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceError], failed: set[str]) -> Iterator[pa.Table]:
+def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceError], failed: set[str],
+                    reuse=None) -> Iterator[pa.Table]:
     """The documents table of every source, TABLE_BATCH_DOCUMENTS rows at a time, so the corpus
     is never held as Python objects: at 100k documents (1.1 GB of text) they and their table had
-    taken the ingest stage to 4.5 GB. Problems go to `errors` and `failed` as they are met."""
+    taken the ingest stage to 4.5 GB. Problems go to `errors` and `failed` as they are met; files
+    `reuse` (a quick_check.QuickCheck) takes from the index are not read."""
     pending = []
-    for doc in iter_documents(sources, errors, failed):
+    for doc in iter_documents(sources, errors, failed, reuse):
         pending.append(doc)
         if len(pending) == TABLE_BATCH_DOCUMENTS:
             yield documents_table(pending, run_id)
@@ -256,17 +258,23 @@ def document_tables(sources: list[str | Path], run_id: str, errors: list[SourceE
         yield documents_table(pending, run_id)
 
 
-def iter_documents(sources: list[str | Path], errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
+def iter_documents(sources: list[str | Path], errors: list[SourceError], failed: set[str], reuse=None) -> Iterator[Document]:
     """Every source's documents, in order; problems go to `errors` (and `failed`). A key seen
     before is an error naming both files, and the first document is kept; a record whose id is
     also a text file's key (its path relative to its folder) is refused and the file's
-    document kept, whichever is read first."""
+    document kept, whichever is read first. A file `reuse` knows unchanged, whose keys meet none
+    of these, is taken from the index (reuse.accept) instead of read."""
     keyed = [pair for source in sources for pair in _source_files(source, errors, failed)]
     file_keys = {key: str(path) for path, key in keyed if path.suffix.lower() in TEXT_SUFFIXES}
     first_source: dict[str, str] = {}  # source key -> the file it was read from
     for path, key in keyed:
+        is_record = path.suffix.lower() in RECORD_SUFFIXES
+        known = reuse.keys(path, key) if reuse is not None else None
+        if known is not None and not any(k in first_source or (is_record and k in file_keys) for k in known):
+            first_source.update(dict.fromkeys(known, str(path)))
+            reuse.accept(path)
+            continue
         for doc in read_path(path, key, errors, failed):
-            is_record = path.suffix.lower() in RECORD_SUFFIXES
             if is_record and doc.source_key in file_keys:
                 errors.append(SourceError(doc.source, f"record id {doc.source_key!r} is also the path of the file "
                                                       f"{file_keys[doc.source_key]}: both would be document {doc.source_key!r}; "

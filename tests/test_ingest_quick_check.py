@@ -1,0 +1,134 @@
+"""Ingest's quick check: unchanged local files are taken from the index unread, and an ingest with
+it writes what an ingest reading every file writes."""
+
+import json
+import os
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+from _helpers import make_config
+
+from graphwright.stages import ingest
+from graphwright.stages.ingest import sources
+from graphwright.storage.delta import IndexStore
+
+PAST = time.time() - 3600  # files modified long before they are read: not racy
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list:
+    """The names of the files read, in order."""
+    names, original = [], sources.read_path
+
+    def read_path(path, *args):
+        names.append(path.name)
+        yield from original(path, *args)
+
+    monkeypatch.setattr(sources, "read_path", read_path)
+    return names
+
+
+def _ingest(corpus, index, quick: bool = True, mirror: bool = True):
+    store = IndexStore(index)
+    for name in ("documents", "source_errors"):
+        store.ensure(name)
+    run = SimpleNamespace(request=SimpleNamespace(sources=[str(corpus)], mirror=mirror, force=True), store=store,
+                          config=make_config(ingest={"quick_check": quick}), run_id=f"run-{time.monotonic_ns()}",
+                          log=lambda *_: None)
+    m: dict = {}
+    out = ingest.execute(run, m)
+    return m, out
+
+
+def _touch(path, text: str, at: float) -> None:
+    path.write_text(text)
+    os.utime(path, (at, at))
+
+
+def _records(*pairs) -> str:
+    return "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in pairs)
+
+
+def _documents(index) -> list[dict]:
+    table = IndexStore(index).read("documents", columns=["doc_id", "source_key", "source", "title", "text", "content_hash", "metadata"])
+    return table.sort_by("doc_id").to_pylist()
+
+
+def test_an_unchanged_file_is_not_read_again(tmp_path, reads):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for n in range(3):
+        _touch(corpus / f"part-{n}.jsonl", _records(*((f"d{n}-{i}", f"Document {i} of part {n}.") for i in range(4))), PAST)
+    _touch(corpus / "note.md", "# A note\nMara Voss keeps the harbor.", PAST)
+    m, _ = _ingest(corpus, tmp_path / "index")
+    assert sorted(reads) == ["note.md", "part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+    assert m["files_recorded"] == 4 and m["files_unread"] == 0
+
+    _touch(corpus / "part-1.jsonl", _records(("d1-0", "Edited."), ("d1-9", "New one.")), PAST + 10)
+    reads.clear()
+    m, out = _ingest(corpus, tmp_path / "index")
+    assert reads == ["part-1.jsonl"]  # the others are taken from the index
+    assert m["files_unread"] == 3 and m["rows_in"] == 11
+    assert out["diff"] == {"new": 1, "changed": 1, "unchanged": 9, "deleted": 3, "relabeled": 0}
+
+    reads.clear()  # a rerun reads nothing
+    m, out = _ingest(corpus, tmp_path / "index")
+    assert reads == [] and m["files_unread"] == 4 and out["diff"]["unchanged"] == 11
+
+
+def test_files_just_written_with_problems_or_after_another_writer_are_read(tmp_path, reads):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _touch(corpus / "good.jsonl", _records(("a", "Alpha text.")), PAST)
+    _touch(corpus / "broken.jsonl", _records(("b", "Beta text.")) + "{not json\n", PAST)
+    (corpus / "fresh.jsonl").write_text(_records(("c", "Gamma text.")))  # modified just now: racy
+    m, _ = _ingest(corpus, tmp_path / "index")
+    assert m["files_recorded"] == 1
+    reads.clear()
+    _ingest(corpus, tmp_path / "index")
+    assert sorted(reads) == ["broken.jsonl", "fresh.jsonl"]
+
+    store = IndexStore(tmp_path / "index")  # another writer: the record no longer describes the table
+    import pyarrow as pa
+
+    store.delete_in("documents", "doc_id", pa.array([r["doc_id"] for r in _documents(tmp_path / "index") if r["source_key"] == "c"]))
+    reads.clear()
+    _ingest(corpus, tmp_path / "index")
+    assert sorted(reads) == ["broken.jsonl", "fresh.jsonl", "good.jsonl"]
+
+    reads.clear()  # switched off: every file is read
+    _ingest(corpus, tmp_path / "index", quick=False)
+    assert sorted(reads) == ["broken.jsonl", "fresh.jsonl", "good.jsonl"]
+
+
+EDITS = [
+    ("edit a file", lambda c, t: _touch(c / "b.jsonl", _records(("b1", "Changed text."), ("b2", "Same two.")), t)),
+    ("a file takes a later file's key", lambda c, t: _touch(c / "a.jsonl", _records(("a1", "One."), ("b2", "Claimed.")), t)),
+    ("the text file's key claimed by a record", lambda c, t: _touch(c / "a.jsonl", _records(("notes/n.md", "Clash.")), t)),
+    ("delete a file", lambda c, t: (c / "b.jsonl").unlink()),
+    ("relabel", lambda c, t: _touch(c / "c.jsonl", json.dumps({"id": "c1", "text": "Three.", "title": "New"}) + "\n", t)),
+    ("move the folder's text file", lambda c, t: shutil.move(c / "notes", c / "elsewhere")),
+    ("a bad line", lambda c, t: _touch(c / "c.jsonl", _records(("c1", "Three.")) + "oops\n", t)),
+]
+
+
+@pytest.mark.parametrize("mirror", [True, False])
+def test_quick_check_writes_what_reading_every_file_writes(tmp_path, mirror):
+    """Over a series of edits, an index ingested with the quick check holds the same documents and
+    reports the same diff and problems as one that reads every file each time."""
+    corpus = tmp_path / "corpus"
+    (corpus / "notes").mkdir(parents=True)
+    _touch(corpus / "a.jsonl", _records(("a1", "One."), ("a2", "Two.")), PAST)
+    _touch(corpus / "b.jsonl", _records(("b1", "Alpha."), ("b2", "Same two.")), PAST)
+    _touch(corpus / "c.jsonl", _records(("c1", "Three.")), PAST)
+    _touch(corpus / "notes" / "n.md", "A note on the harbor.", PAST)
+    for step, (what, edit) in enumerate([("first load", lambda c, t: None), *EDITS]):
+        edit(corpus, PAST + 10 * (step + 1))
+        quick = _ingest(corpus, tmp_path / "quick", quick=True, mirror=mirror)
+        full = _ingest(corpus, tmp_path / "full", quick=False, mirror=mirror)
+        assert quick[1] == full[1], what
+        assert _documents(tmp_path / "quick") == _documents(tmp_path / "full"), what
+        assert quick[0]["rows_in"] == full[0]["rows_in"], what
+    assert quick[0]["files_unread"] > 0
