@@ -132,11 +132,15 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
         return None
     now = item_keys(ids, text_hashes)
     before = key_column(base_ids, ITEM_KEY)
-    # a position an in-place update removed has a null key: the base's ids already skip it
+    # a position an in-place update removed has a null key: the base's ids already skip it.
+    # One lookup of the items in the base answers both questions (each lookup hashes its value
+    # set: two of 1.3M keys were 1 s an update at 1.2M chunks)
     held = pc.is_valid(before).to_numpy(zero_copy_only=False)
-    alive = pc.fill_null(pc.is_in(before, value_set=now), False)
-    removed = pa.array(held & ~alive.to_numpy(zero_copy_only=False))
-    missing = pc.invert(pc.is_in(now, value_set=before.filter(alive)))
+    at = pc.index_in(now, value_set=before)
+    alive = np.zeros(len(before), dtype=bool)
+    alive[at.drop_null().to_numpy(zero_copy_only=False)] = True
+    removed = pa.array(held & ~alive)
+    missing = pc.is_null(at)
     add_ids = pa.array(ids, pa.string()).filter(missing)
     add_hashes = pa.array(text_hashes, pa.string()).filter(missing)
     if pc.sum(removed).as_py() + len(add_ids) > max_share * int(held.sum()):
