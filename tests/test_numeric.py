@@ -1,5 +1,6 @@
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from graphwright.util.numeric import distinct_lists, sorted_codes, unique
 
@@ -31,3 +32,14 @@ def test_unique_and_distinct_lists():
     values = pa.array(["a", "b", "c"])
     lists = distinct_lists(np.array([1, 0, 1, -1, 1]), np.array([2, 0, 2, 1, 0]), values, 3)
     assert lists.to_pylist() == [["a"], ["a", "c"], []]
+
+
+@pytest.mark.parametrize("values", [np.zeros(0, np.int64), np.array([5, -3, 5, 0, -3, 9], np.int64),
+                                    np.random.default_rng(3).integers(-1 << 40, 1 << 40, 50_000).repeat(3)])
+def test_unique_inverse_is_numpys(values):
+    from graphwright.util.numeric import unique_inverse
+
+    expected, inverse = np.unique(values, return_inverse=True)
+    got, got_inverse = unique_inverse(values)
+    assert np.array_equal(got, expected) and np.array_equal(got_inverse, inverse.reshape(-1))
+    assert np.array_equal(got[got_inverse], values)

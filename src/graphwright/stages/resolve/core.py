@@ -44,7 +44,7 @@ from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
 from graphwright.storage import contracts
 from graphwright.text.names import normalize_name, resolution_key
 from graphwright.util import memory
-from graphwright.util.numeric import distinct_lists, unique
+from graphwright.util.numeric import distinct_lists, unique, unique_inverse
 
 
 def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
@@ -208,8 +208,8 @@ def _supported_pairs(a_src: np.ndarray, a_tgt: np.ndarray, a_keep: np.ndarray, e
         ra, rb = id_rank[ea[differ]], id_rank[eb[differ]]
         rows.append(r[differ].astype(np.int32))
         codes.append(np.minimum(ra, rb) * width + np.maximum(ra, rb))
-    pairs, a_pair = np.unique(np.concatenate(codes), return_inverse=True)
-    return np.concatenate(rows), a_pair.reshape(-1).astype(np.int32), pairs
+    pairs, a_pair = unique_inverse(np.concatenate(codes))
+    return np.concatenate(rows), a_pair.astype(np.int32), pairs
 
 
 def _conform(table: pa.Table, name: str) -> pa.Table:
