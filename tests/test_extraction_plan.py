@@ -92,3 +92,19 @@ def test_a_plan_whose_cached_answers_pass_2_gb_keeps_them_in_arrow(tmp_path):
     assert len(cached) == n and all(len(c.values.field("response").buffers()[2] or b"") < 2**31 for c in cached.chunks)
     first, last = cached[0].as_py(), cached[n - 1].as_py()
     assert first[0]["prompt_tokens"] == 0 and last[0]["prompt_tokens"] == n - 1 and len(last[0]["response"]) > size
+
+
+def test_one_lookup_in_the_chunk_ids_finds_the_stale_rows_and_the_chunks_to_extract():
+    import random
+
+    import pyarrow as pa
+
+    from graphwright.stages.extract import _against_chunks
+
+    rng = random.Random(5)
+    chunk_ids = [f"c{n:05d}" for n in rng.sample(range(20_000), 5_000)]
+    held = [sorted({f"c{rng.randrange(20_000):05d}" for _ in range(4_000)}) for _ in range(3)] + [[]]
+    done = [c for c in chunk_ids if rng.random() < 0.9] + ["c99999"]  # a marker of a chunk that went
+    gone, todo = _against_chunks(pa.array(chunk_ids), [pa.array(h, pa.string()) for h in held], pa.array(done))
+    assert gone == [sorted(set(h) - set(chunk_ids)) for h in held]
+    assert todo == sorted(set(chunk_ids) - set(done))

@@ -5,6 +5,7 @@ execution.commit_every chunks. What an interrupted attempt left is removed once,
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -28,13 +29,10 @@ def execute(run, m: dict) -> dict:
         return sorted(values.filter(hit if inside else pc.invert(hit)).to_pylist())
 
     # lineage cleanup: extraction rows of chunks that no longer exist
-    removed, have = {}, {}
-    for name in ("mentions", "assertions", "extractions"):
-        have[name] = store.distinct_array(name, "chunk_id")
-        gone = among(have[name], chunk_ids, inside=False)
-        removed[name] = store.delete_in(name, "chunk_id", gone) if gone else 0
+    have = {name: store.distinct_array(name, "chunk_id") for name in ("mentions", "assertions", "extractions")}
     done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'").column("chunk_id")
-    todo = among(chunk_ids, done.combine_chunks(), inside=False)
+    gone, todo = _against_chunks(chunk_ids, [*have.values()], done.combine_chunks())
+    removed = {name: store.delete_in(name, "chunk_id", g) if g else 0 for name, g in zip(have, gone)}
     # chunks whose last reply needed repairs are asked once more (llm.py); the second reply is kept
     retried = set(store.distinct_array("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'").to_pylist()) if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
@@ -168,6 +166,22 @@ def _commit_extractions(run, results: list[pa.Table]) -> tuple[int, int, int]:
     store.append("extractions", markers)
     failed = pc.sum(pc.equal(res.column("status"), "failed")).as_py() or 0
     return res.num_rows, mentions.num_rows, failed
+
+
+def _against_chunks(chunk_ids: pa.Array, held: list[pa.Array], done: pa.Array) -> tuple[list[list[str]], list[str]]:
+    """(per array of `held`, its ids that are not chunks, sorted; the chunks not in `done`,
+    sorted), from one lookup in the chunk ids: each lookup hashes its value set, 1.2M ids four
+    times an update at 1.2M chunks."""
+    probe = pa.chunked_array([a.cast(pa.string()) for a in (*held, done)], pa.string())
+    at = pc.index_in(probe, value_set=chunk_ids)
+    gone, start = [], 0
+    for array in held:
+        part = at.slice(start, len(array))
+        gone.append(sorted(array.filter(pc.is_null(part)).to_pylist()))
+        start += len(array)
+    hit = np.zeros(len(chunk_ids), dtype=bool)
+    hit[at.slice(start).drop_null().to_numpy(zero_copy_only=False)] = True
+    return gone, sorted(chunk_ids.filter(pa.array(~hit)).to_pylist())
 
 
 def _full_rebuild_tokens(store: IndexStore, chunk_ids: pa.ChunkedArray) -> int:
