@@ -372,3 +372,30 @@ def test_every_writer_writes_lz4_and_a_patch_or_spill_in_row_groups_of_bounded_s
     other.replace_parts_if_changed("documents", [docs(200)])
     codecs, most = _codecs_and_row_groups(tmp_path / "b", "documents")
     assert codecs == {"LZ4"} and most < 100
+
+
+def test_delete_matching_rewrites_only_the_files_holding_a_value_in_one_commit(store):
+    """Rows whose column holds one of the values go in one commit, whatever their number; a file
+    holding none stays as it was, and a rewritten file's other rows are moved (dataChange false),
+    not reported as changed (a Delta DELETE per 5,000 values scanned every file each time)."""
+    import json
+
+    from graphwright.storage.changes import changes_since
+    from graphwright.storage.patch import data_files, delete_matching
+
+    for start in (0, 100, 200):  # three files
+        store.append("documents", docs(100, start))
+    before, files = store.version("documents"), {p for p, _ in data_files(store, "documents")}
+    gone = [f"d{i:04d}" for i in (3, 150, 151)] + [f"x{i}" for i in range(6000)]  # more than DELETE_IN_KEYS, most absent
+    assert delete_matching(store, "documents", "doc_id", gone) == 3
+    assert store.version("documents") == before + 1
+    after = {p for p, _ in data_files(store, "documents")}
+    assert len(files - after) == 2 and len(after - files) == 2  # the file of d0200-d0299 stayed
+    left = store.read("documents", columns=["doc_id"]).column("doc_id").to_pylist()
+    assert sorted(left) == [f"d{i:04d}" for i in range(300) if i not in (3, 150, 151)]
+    log = (store.path("documents") + f"/_delta_log/{before + 1:020d}.json")
+    adds = [json.loads(line)["add"] for line in open(log) if '"add"' in line]
+    assert adds and not any(a["dataChange"] for a in adds)
+    changes = changes_since(store, "documents", before, "doc_id", ["doc_id"])
+    assert sorted(changes.deleted.to_pylist()) == ["d0003", "d0150", "d0151"] and changes.rows.num_rows == 0
+    assert delete_matching(store, "documents", "doc_id", ["nothing"]) == 0 and store.version("documents") == before + 1

@@ -114,6 +114,38 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
     return stats
 
 
+def delete_matching(store, name: str, column: str, values) -> int:
+    """Delete the rows whose `column` holds one of `values`, in one commit that rewrites only the
+    files holding such a row (their other rows are moved, as a patch moves them). A Delta DELETE
+    scans every file, and a predicate lists at most DELETE_IN_KEYS values: the 6k chunks a 1%
+    update removes at 1.2M chunks took 9.6 s over mentions, assertions and extractions. Returns
+    how many rows went."""
+    schema = contracts.schema(name)
+    if schema.partition_by:
+        raise ValueError(f"delete_matching does not write partitioned tables ({name})")
+    value_set = pa.array(sorted(set(values)), pa.string()) if not isinstance(values, pa.Array) else pc.unique(values.cast(pa.string()))
+    if not len(value_set) or not store.exists(name):
+        return 0
+    deleted, removes, moved = 0, [], []
+    with tempfile.TemporaryDirectory(prefix=f"graphwright-delete-{name}-") as folder:
+        for path, _ in data_files(store, name):
+            hit = pc.is_in(read_data_file(store, name, path, [column]).column(column), value_set=value_set)
+            n_hit = pc.sum(hit).as_py() or 0
+            if not n_hit:
+                continue
+            deleted += n_hit
+            removes.append(path)
+            if n_hit < len(hit):
+                kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
+                local = f"{folder}/kept-{len(removes):06d}.parquet"
+                write_parquet(schema.validate(kept), local)
+                moved.append((local, kept.num_rows))
+        if removes:
+            store._writing(name)
+            _commit(store, store.ensure(name), name, [], removes, moved)
+    return deleted
+
+
 def patch_changed(store, name: str, table: pa.Table, current: pa.Table | None = None) -> dict[str, int]:
     """Make `table` the whole content of a small table (aliases, reports) by a patch: the rows
     whose content is new are written and the keys no longer in it removed; files holding

@@ -16,6 +16,7 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.extract.extractors import extractor_key
 from graphwright.stages.extract.requests import plan_extraction, with_copies
 from graphwright.storage.delta import IndexStore
+from graphwright.storage.patch import delete_matching
 
 
 def execute(run, m: dict) -> dict:
@@ -32,7 +33,7 @@ def execute(run, m: dict) -> dict:
     have = {name: store.distinct_array(name, "chunk_id") for name in ("mentions", "assertions", "extractions")}
     done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'").column("chunk_id")
     gone, todo = _against_chunks(chunk_ids, [*have.values()], done.combine_chunks())
-    removed = {name: store.delete_in(name, "chunk_id", g) if g else 0 for name, g in zip(have, gone)}
+    removed = {name: delete_matching(store, name, "chunk_id", g) if g else 0 for name, g in zip(have, gone)}
     # chunks whose last reply needed repairs are asked once more (llm.py); the second reply is kept
     retried = set(store.distinct_array("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'").to_pylist()) if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
@@ -40,7 +41,7 @@ def execute(run, m: dict) -> dict:
     todo_ids = pa.array(todo, pa.string())
     for name in ("mentions", "assertions"):
         leftover = among(have[name], todo_ids)
-        removed[name] += store.delete_in(name, "chunk_id", leftover) if leftover else 0
+        removed[name] += delete_matching(store, name, "chunk_id", leftover) if leftover else 0
     if unfinished := among(have["extractions"], todo_ids):
         store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
     extracted = mentions = failed = 0
