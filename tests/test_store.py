@@ -399,3 +399,27 @@ def test_delete_matching_rewrites_only_the_files_holding_a_value_in_one_commit(s
     changes = changes_since(store, "documents", before, "doc_id", ["doc_id"])
     assert sorted(changes.deleted.to_pylist()) == ["d0003", "d0150", "d0151"] and changes.rows.num_rows == 0
     assert delete_matching(store, "documents", "doc_id", ["nothing"]) == 0 and store.version("documents") == before + 1
+
+
+def test_delete_matching_in_a_partitioned_table_reads_and_writes_only_its_partition(tmp_path):
+    """The embeddings' stale vectors of one kind and model: files of other kinds are not read,
+    and a rewritten file's kept rows stay in their partition with their values."""
+    import numpy as np
+
+    from graphwright.storage.patch import _data_files, delete_matching
+
+    store = IndexStore(tmp_path / "index")
+
+    def vectors(kind, ids, model="m1"):
+        return pa.table({"kind": [kind] * len(ids), "item_id": ids, "model": [model] * len(ids), "text_hash": ["h"] * len(ids),
+                         "vector": pa.array([np.ones(2, np.float32).tolist()] * len(ids), pa.list_(pa.float32()))})
+
+    store.append("embeddings", pa.concat_tables([vectors("chunk", ["a", "b", "c"]), vectors("chunk", ["a"], model="m2"),
+                                                 vectors("entity", ["a", "b"])]))
+    entity_files = {p for p, _, part in _data_files(store, "embeddings") if part["kind"] == "entity"}
+    assert delete_matching(store, "embeddings", "item_id", pa.array(["a", "c"]), where={"kind": "chunk", "model": "m1"}) == 2
+    rows = store.read("embeddings", columns=["kind", "item_id", "model"]).sort_by([("kind", "ascending"), ("item_id", "ascending"), ("model", "ascending")])
+    assert rows.to_pylist() == [{"kind": "chunk", "item_id": "a", "model": "m2"}, {"kind": "chunk", "item_id": "b", "model": "m1"},
+                                {"kind": "entity", "item_id": "a", "model": "m1"}, {"kind": "entity", "item_id": "b", "model": "m1"}]
+    assert entity_files <= {p for p, _, _ in _data_files(store, "embeddings")}
+    assert all(p.startswith(f"kind={part['kind']}/") for p, _, part in _data_files(store, "embeddings"))

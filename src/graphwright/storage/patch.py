@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tempfile
 import time
 import uuid
@@ -28,13 +29,23 @@ from graphwright.storage.log_retention import KEEP_LOG
 from graphwright.storage.parquet_files import write_parquet
 
 
+SAFE_PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def data_files(store, name: str) -> list[tuple[str, int]]:
     """(path relative to the table, rows) of each data file of the table's current version."""
+    return [(path, rows) for path, rows, _ in _data_files(store, name)]
+
+
+def _data_files(store, name: str) -> list[tuple[str, int, dict[str, str]]]:
+    """data_files, with each file's partition values."""
     dt = store._table(name)
     if dt is None:
         return []
     actions = pa.table(dt.get_add_actions(flatten=True))
-    return list(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist()))
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    values = [dict(zip((c[len("partition."):] for c in columns), row)) for row in zip(*(actions.column(c).to_pylist() for c in columns))]
+    return list(zip(actions.column("path").to_pylist(), actions.column("num_records").to_pylist(), values or [{}] * actions.num_rows))
 
 
 def retired_columns(store, name: str) -> list[str]:
@@ -114,32 +125,40 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
     return stats
 
 
-def delete_matching(store, name: str, column: str, values) -> int:
-    """Delete the rows whose `column` holds one of `values`, in one commit that rewrites only the
-    files holding such a row (their other rows are moved, as a patch moves them). A Delta DELETE
-    scans every file, and a predicate lists at most DELETE_IN_KEYS values: the 6k chunks a 1%
-    update removes at 1.2M chunks took 9.6 s over mentions, assertions and extractions. Returns
-    how many rows went."""
-    schema = contracts.schema(name)
-    if schema.partition_by:
-        raise ValueError(f"delete_matching does not write partitioned tables ({name})")
+def delete_matching(store, name: str, column: str, values, where: dict[str, str] | None = None) -> int:
+    """Delete the rows whose `column` holds one of `values` (and whose columns equal `where`'s
+    values; conditions on partition columns choose the files read), in one commit that rewrites
+    only the files holding such a row: their other rows are moved, as a patch moves them. A Delta
+    DELETE scans every file of the partitions it names, and a predicate lists at most
+    DELETE_IN_KEYS values: the 6k chunks a 1% update removes at 1.2M chunks took 9.6 s over
+    mentions, assertions and extractions. Returns how many rows went."""
+    schema, where = contracts.schema(name), where or {}
     value_set = pa.array(sorted(set(values)), pa.string()) if not isinstance(values, pa.Array) else pc.unique(values.cast(pa.string()))
     if not len(value_set) or not store.exists(name):
         return 0
+    stored = [c for c in schema.arrow.names if c not in schema.partition_by]  # partition values are in the path
+    other = {c: v for c, v in where.items() if c not in schema.partition_by}
     deleted, removes, moved = 0, [], []
     with tempfile.TemporaryDirectory(prefix=f"graphwright-delete-{name}-") as folder:
-        for path, _ in data_files(store, name):
-            hit = pc.is_in(read_data_file(store, name, path, [column]).column(column), value_set=value_set)
+        for path, _, partition in _data_files(store, name):
+            if any(partition.get(c) != v for c, v in where.items() if c in schema.partition_by):
+                continue
+            rows = read_data_file(store, name, path, [column, *other])
+            hit = pc.is_in(rows.column(column), value_set=value_set)
+            for c, v in other.items():
+                hit = pc.and_(hit, pc.fill_null(pc.equal(rows.column(c), v), False))
             n_hit = pc.sum(hit).as_py() or 0
             if not n_hit:
                 continue
             deleted += n_hit
             removes.append(path)
             if n_hit < len(hit):
-                kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
+                kept = read_data_file(store, name, path, stored).filter(pc.invert(hit))
+                for c in schema.partition_by:
+                    kept = kept.append_column(c, pa.array([partition[c]] * kept.num_rows, pa.string()))
                 local = f"{folder}/kept-{len(removes):06d}.parquet"
-                write_parquet(schema.validate(kept), local)
-                moved.append((local, kept.num_rows))
+                write_parquet(schema.validate(kept).select(stored), local)
+                moved.append((local, kept.num_rows, partition))
         if removes:
             store._writing(name)
             _commit(store, store.ensure(name), name, [], removes, moved)
@@ -168,7 +187,7 @@ def patch_changed(store, name: str, table: pa.Table, current: pa.Table | None = 
 
 
 def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str],
-            moved: list[tuple[str, int]] = ()) -> None:
+            moved: list[tuple] = ()) -> None:
     """One Delta commit: remove `removes` (paths in the table), add the local files `adds` and
     `moved`. The rows of `moved` are rows of `removes` copied unchanged, so they are added with
     dataChange false, as a compaction adds its files: a reader of the changes (storage.changes)
@@ -179,8 +198,11 @@ def _commit(store, dt, name: str, adds: list[tuple[str, int]], removes: list[str
     now = int(time.time() * 1000)
     for path in removes:
         actions.append(RemoveAction(path, True, now))
-    for i, ((local, rows), change) in enumerate([(f, True) for f in adds] + [(f, False) for f in moved]):
-        relative = f"part-{i:05d}-{batch}.parquet"
+    for i, ((local, rows, *partition), change) in enumerate([(f, True) for f in adds] + [(f, False) for f in moved]):
+        values = partition[0] if partition else {}  # (local, rows, partition values) for a partitioned table
+        if any(not SAFE_PARTITION_VALUE.fullmatch(v) for v in values.values()):
+            raise ValueError(f"table {name}: partition value {values} needs escaping in a file path, which _commit does not do")
+        relative = "".join(f"{c}={v}/" for c, v in values.items()) + f"part-{i:05d}-{batch}.parquet"
         obstore.put(table_files, relative, Path(local))
-        actions.append(AddAction(relative, Path(local).stat().st_size, {}, now, change, json.dumps({"numRecords": rows})))
+        actions.append(AddAction(relative, Path(local).stat().st_size, values, now, change, json.dumps({"numRecords": rows})))
     dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow, post_commithook_properties=KEEP_LOG)

@@ -18,6 +18,7 @@ from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
 from graphwright.storage.memo import StageMemo
+from graphwright.storage.patch import delete_matching
 from graphwright.util.cores import usable_cores
 
 ENTITY_TEXT_CHARS = 600
@@ -51,7 +52,7 @@ def _embed(run, m: dict) -> dict:
         else:
             todo, stale = _items_to_embed(model, items, have)
         if len(stale):
-            store.delete_in("embeddings", "item_id", stale.to_pylist(), also=f"kind = '{kind}' AND model = '{model}'")
+            delete_matching(store, "embeddings", "item_id", stale, where={"kind": kind, "model": model})
         todo_parts.append(todo.add_column(0, "kind", pa.array([kind] * todo.num_rows, pa.string())))
         counts[kind] = {"embedded": todo.num_rows, "reused": len(items) - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB
