@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from graphwright.stages.extract import _full_rebuild_tokens
+from graphwright.stages.extract import rebuild_tokens
+from graphwright.stages.extract.rebuild_tokens import full_rebuild_tokens as _full_rebuild_tokens
 from graphwright.storage.delta import IndexStore
-
 
 TOKENS = {"a1": (100, 10), "a2": (50, 5), "b1": (200, 20), "b2": (70, 7), "c1": (1000, 100), "s1": (9, 9), "x1": (3, 3)}
 
@@ -34,3 +34,36 @@ def test_full_rebuild_tokens_count_each_current_chunks_latest_calls_once(tmp_pat
     chunks = pa.chunked_array([pa.array(["chunk-a", "chunk-b"]), pa.array(["chunk-d", "chunk-e"])])
     assert _full_rebuild_tokens(store, chunks) == (100 + 10) + (50 + 5) + (70 + 7)
     assert _full_rebuild_tokens(store, pa.chunked_array([pa.array([], pa.string())])) == 0
+
+
+def _counted_from_the_table(store, chunks) -> int:
+    store.files.write_bytes(rebuild_tokens.STATE, b"")  # no usable record: every call is read
+    return _full_rebuild_tokens(store, chunks)
+
+
+def test_an_update_reads_only_the_calls_appended_since_and_counts_what_a_full_read_counts(tmp_path, monkeypatch):
+    """The calls counted are kept between runs: a run reads the calls appended since from the
+    Delta log (a compaction moves them, which changes nothing), and counts what reading every
+    call counts; where rows were removed it reads the table."""
+    import deltalake
+
+    store = IndexStore(tmp_path / "index")
+    store.append("llm_calls", pa.Table.from_pylist([_call("run-1", "a1", "chunk-a"), _call("run-1", "b1", "chunk-b"),
+                                                    _call("run-1", "c1", "chunk-c"), _call("run-1", "b2", "chunk-d")]))
+    chunks = pa.chunked_array([pa.array(["chunk-a", "chunk-b", "chunk-c", "chunk-d"])])
+    assert _full_rebuild_tokens(store, chunks) == 110 + 220 + 1100 + 77
+    reads = []
+    original = store.read
+    monkeypatch.setattr(store, "read", lambda name, *a, **k: (reads.append(name), original(name, *a, **k))[1])
+    store.append("llm_calls", pa.Table.from_pylist([_call("run-1", "s1", "chunk-a", stage="summarize")]))  # the same run's report calls
+    store.append("llm_calls", pa.Table.from_pylist([  # run 2: chunk-b again, chunk-e new, one failure, chunk-c gone
+        _call("run-2", "a2", "chunk-b"), _call("run-2", "x1", "chunk-e"), _call("run-2", "c1", "chunk-e", status="failed")]))
+    deltalake.DeltaTable(store.path("llm_calls")).optimize.compact()
+    chunks = pa.chunked_array([pa.array(["chunk-a", "chunk-b", "chunk-d", "chunk-e"])])
+    counted = _full_rebuild_tokens(store, chunks)
+    assert "llm_calls" not in reads and counted == 110 + 55 + 77 + 6
+    assert counted == _counted_from_the_table(store, chunks)
+
+    store.delete("llm_calls", "key = 'b2'")  # rows removed: the table is read again
+    reads.clear()
+    assert _full_rebuild_tokens(store, chunks) == 110 + 55 + 6 and "llm_calls" in reads

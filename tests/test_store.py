@@ -376,8 +376,9 @@ def test_every_writer_writes_lz4_and_a_patch_or_spill_in_row_groups_of_bounded_s
 
 def test_delete_matching_rewrites_only_the_files_holding_a_value_in_one_commit(store):
     """Rows whose column holds one of the values go in one commit, whatever their number; a file
-    holding none stays as it was, and a rewritten file's other rows are moved (dataChange false),
-    not reported as changed (a Delta DELETE per 5,000 values scanned every file each time)."""
+    holding none stays as it was, and the rewritten files' other rows are moved together to one
+    file (dataChange false), not reported as changed (a Delta DELETE per 5,000 values scanned
+    every file each time)."""
     import json
 
     from graphwright.storage.changes import changes_since
@@ -390,7 +391,7 @@ def test_delete_matching_rewrites_only_the_files_holding_a_value_in_one_commit(s
     assert delete_matching(store, "documents", "doc_id", gone) == 3
     assert store.version("documents") == before + 1
     after = {p for p, _ in data_files(store, "documents")}
-    assert len(files - after) == 2 and len(after - files) == 2  # the file of d0200-d0299 stayed
+    assert len(files - after) == 2 and len(after - files) == 1  # d0200-d0299's file stayed; the others' rows share one
     left = store.read("documents", columns=["doc_id"]).column("doc_id").to_pylist()
     assert sorted(left) == [f"d{i:04d}" for i in range(300) if i not in (3, 150, 151)]
     log = (store.path("documents") + f"/_delta_log/{before + 1:020d}.json")
@@ -423,3 +424,21 @@ def test_delete_matching_in_a_partitioned_table_reads_and_writes_only_its_partit
                                 {"kind": "entity", "item_id": "a", "model": "m1"}, {"kind": "entity", "item_id": "b", "model": "m1"}]
     assert entity_files <= {p for p, _, _ in _data_files(store, "embeddings")}
     assert all(p.startswith(f"kind={part['kind']}/") for p, _, part in _data_files(store, "embeddings"))
+
+
+def test_delete_matching_reads_only_the_files_whose_known_values_hold_one(store, monkeypatch):
+    """Given each file's distinct values (read once by the caller), only the files holding a
+    value to delete are read again; a file the caller did not know is read."""
+    from graphwright.storage import patch
+
+    for start in (0, 100, 200):
+        store.append("documents", docs(100, start))
+    known = patch.distinct_per_file(store, "documents", "doc_id")
+    holder = next(p for p, v in known.items() if "d0150" in v.to_pylist())
+    unknown = next(p for p in sorted(known) if p != holder)
+    del known[unknown]
+    read = []
+    original = patch.read_data_file
+    monkeypatch.setattr(patch, "read_data_file", lambda s, n, path, c: (read.append(path), original(s, n, path, c))[1])
+    assert patch.delete_matching(store, "documents", "doc_id", ["d0150"], known=known) == 1
+    assert set(read) == {unknown, holder}

@@ -14,9 +14,9 @@ from graphwright.pipeline.errors import TooManyFailures
 from graphwright.pipeline.executors import BatchStage, pool_of
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.extract.extractors import extractor_key
+from graphwright.stages.extract.rebuild_tokens import full_rebuild_tokens
 from graphwright.stages.extract.requests import plan_extraction, with_copies
-from graphwright.storage.delta import IndexStore
-from graphwright.storage.patch import delete_matching
+from graphwright.storage.patch import delete_matching, distinct_per_file
 
 
 def execute(run, m: dict) -> dict:
@@ -30,10 +30,12 @@ def execute(run, m: dict) -> dict:
         return sorted(values.filter(hit if inside else pc.invert(hit)).to_pylist())
 
     # lineage cleanup: extraction rows of chunks that no longer exist
-    have = {name: store.distinct_array(name, "chunk_id") for name in ("mentions", "assertions", "extractions")}
+    # each file's chunk ids, read once: what the tables hold, and which files a deletion rewrites
+    held = {name: distinct_per_file(store, name, "chunk_id") for name in ("mentions", "assertions", "extractions")}
+    have = {name: pc.unique(pa.chunked_array(list(files.values()), pa.string())) for name, files in held.items()}
     done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'").column("chunk_id")
     gone, todo = _against_chunks(chunk_ids, [*have.values()], done.combine_chunks())
-    removed = {name: delete_matching(store, name, "chunk_id", g) if g else 0 for name, g in zip(have, gone)}
+    removed = {name: delete_matching(store, name, "chunk_id", g, known=held[name]) if g else 0 for name, g in zip(have, gone)}
     # chunks whose last reply needed repairs are asked once more (llm.py); the second reply is kept
     retried = set(store.distinct_array("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'").to_pylist()) if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
@@ -67,7 +69,7 @@ def execute(run, m: dict) -> dict:
              chunks_reused=len(chunk_ids) - len(todo), chunks_failed=failed, removed=removed,
              work_unit="chunks", work_done=len(todo), work_total=len(chunk_ids), **plan_stats)
     if cfg.extract.engine == "llm":
-        run.llm_totals["full_rebuild_tokens"] = _full_rebuild_tokens(store, chunks.column("chunk_id"))
+        run.llm_totals["full_rebuild_tokens"] = full_rebuild_tokens(store, chunk_ids)
     failing = store.count("extractions", where=f"extractor = '{key}' AND status = 'failed'") if failed else 0
     if failing and failing > cfg.extract.max_failed_fraction * len(chunk_ids):
         # the index's state after this run: every chunk that still has no extraction, over all chunks
@@ -183,27 +185,6 @@ def _against_chunks(chunk_ids: pa.Array, held: list[pa.Array], done: pa.Array) -
     hit = np.zeros(len(chunk_ids), dtype=bool)
     hit[at.slice(start).drop_null().to_numpy(zero_copy_only=False)] = True
     return gone, sorted(chunk_ids.filter(pa.array(~hit)).to_pylist())
-
-
-def _full_rebuild_tokens(store: IndexStore, chunk_ids: pa.ChunkedArray) -> int:
-    """What extracting every current chunk from scratch would cost, in tokens: for each chunk,
-    the token counts of the calls that extracted it (gleaning rounds included), from the latest
-    run that extracted it, each prompt counted once. The counts are the calls' own (llm_calls: a
-    cache hit records what the call cost when it was made), so the cache is not read: looking
-    1.2M keys up in it took 2.6 s a run at 1.2M chunks. In Arrow: a Python loop over every call
-    took seconds."""
-    calls = store.read("llm_calls", columns=["item_id", "key", "run_id", "prompt_tokens", "completion_tokens"],
-                       where="stage = 'extract' AND status = 'ok'")
-    calls = calls.filter(pc.is_in(calls.column("item_id"), value_set=chunk_ids.combine_chunks()))
-    if not calls.num_rows:
-        return 0
-    latest = calls.group_by("item_id").aggregate([("run_id", "max")])
-    latest = pa.table({"item_id": latest.column("item_id"), "run_id": latest.column("run_id_max")})
-    calls = calls.join(latest, ["item_id", "run_id"], join_type="inner")
-    keys = calls.column("key").combine_chunks()
-    first = pc.index_in(pc.unique(keys), value_set=keys)  # a prompt asked for several chunks or runs: once
-    once = calls.take(first)
-    return int((pc.sum(once.column("prompt_tokens")).as_py() or 0) + (pc.sum(once.column("completion_tokens")).as_py() or 0))
 
 
 def where(cfg) -> Where:

@@ -1,0 +1,105 @@
+"""What extracting every current chunk from scratch would cost, in tokens (the cost report's
+full-rebuild estimate): for each chunk, the token counts of the calls that extracted it (gleaning
+rounds included), from the latest run that extracted it, each prompt counted once. The counts
+are the calls' own (llm_calls: a cache hit records what the call cost when it was made), so the
+cache is not read.
+
+The calls counted are kept between runs (`state/extract/rebuild-calls.arrow`, with the
+`llm_calls` version they describe), so that a run reads only the calls appended since, from the
+Delta log, instead of every extract call of the index: 3.9 s of each update at 1.2M chunks.
+Where the log cannot say what was appended (a commit gone, or one that removed rows other than
+by compaction), the calls are read whole, as they are the first time."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.storage.changes import commit_actions
+from graphwright.storage.patch import read_data_file
+
+FORMAT = 1
+STATE = "state/extract/rebuild-calls.arrow"
+COLUMNS = ["item_id", "key", "run_id", "prompt_tokens", "completion_tokens"]
+COUNTED = "stage = 'extract' AND status = 'ok'"
+
+
+def full_rebuild_tokens(store, chunk_ids) -> int:
+    """The estimate for the chunks `chunk_ids` (the chunks table's ids, all of them); keeps the
+    calls it counted for the next run."""
+    chunk_ids = chunk_ids.combine_chunks() if isinstance(chunk_ids, pa.ChunkedArray) else chunk_ids
+    calls = counted_calls(store, chunk_ids)
+    _save(store, calls)
+    if not calls.num_rows:
+        return 0
+    once = calls.group_by("key").aggregate([("prompt_tokens", "max"), ("completion_tokens", "max")])  # a prompt asked for several chunks or runs: once
+    return int((pc.sum(once.column("prompt_tokens_max")).as_py() or 0) + (pc.sum(once.column("completion_tokens_max")).as_py() or 0))
+
+
+def counted_calls(store, chunk_ids: pa.Array) -> pa.Table:
+    """Per current chunk, its extract calls that succeeded, of the latest run that made some."""
+    kept, since = _load(store)
+    new = _appended_since(store, since) if kept is not None else None
+    if new is None:
+        calls = store.read("llm_calls", columns=COLUMNS, where=COUNTED)
+        return _latest(calls.filter(pc.is_in(calls.column("item_id"), value_set=chunk_ids)))
+    new = new.filter(pc.is_in(new.column("item_id"), value_set=chunk_ids))
+    touched = pc.is_in(kept.column("item_id"), value_set=pc.unique(new.column("item_id")))
+    rest = kept.filter(pc.invert(touched))
+    rest = rest.filter(pc.is_in(rest.column("item_id"), value_set=chunk_ids))
+    return pa.concat_tables([rest, _latest(pa.concat_tables([kept.filter(touched), new]))])
+
+
+def _latest(calls: pa.Table) -> pa.Table:
+    """The rows of each item's latest run."""
+    if not calls.num_rows:
+        return calls
+    latest = calls.group_by("item_id").aggregate([("run_id", "max")])
+    latest = pa.table({"item_id": latest.column("item_id"), "run_id": latest.column("run_id_max")})
+    return calls.join(latest, ["item_id", "run_id"], join_type="inner").select(COLUMNS)
+
+
+def _appended_since(store, since: int) -> pa.Table | None:
+    """The counted calls the commits after version `since` appended; None when the log cannot say."""
+    now = store.version("llm_calls")
+    if now is None or since > now:
+        return None
+    parts = [_empty()]
+    for version in range(since + 1, now + 1):
+        commit = commit_actions(store, "llm_calls", version)
+        if commit is None or (commit.removed and (commit.added or not commit.moved)):
+            return None  # gone from the log, or rows removed (a compaction only moves them)
+        for path in commit.added:
+            rows = read_data_file(store, "llm_calls", path, [*COLUMNS, "stage", "status"])
+            counted = pc.and_(pc.equal(rows.column("stage"), "extract"), pc.equal(rows.column("status"), "ok"))
+            parts.append(rows.filter(pc.fill_null(counted, False)).select(COLUMNS).cast(_empty().schema))
+    return pa.concat_tables(parts)
+
+
+def _empty() -> pa.Table:
+    return pa.schema([("item_id", pa.string()), ("key", pa.string()), ("run_id", pa.string()),
+                      ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())]).empty_table()
+
+
+def _load(store) -> tuple[pa.Table | None, int | None]:
+    try:
+        with pa.ipc.open_file(io.BytesIO(store.files.read_bytes(STATE))) as reader:
+            table = reader.read_all()
+    except Exception:  # noqa: BLE001 - none yet, or unreadable: the calls are read whole
+        return None, None
+    meta = json.loads((table.schema.metadata or {}).get(b"graphwright", b"{}"))
+    if meta.get("format") != FORMAT or meta.get("llm_calls") is None:
+        return None, None
+    return table.cast(_empty().schema.with_metadata(None)), meta["llm_calls"]
+
+
+def _save(store, calls: pa.Table) -> None:
+    meta = {"format": FORMAT, "llm_calls": store.version("llm_calls")}
+    table = calls.select(COLUMNS).cast(_empty().schema).replace_schema_metadata({"graphwright": json.dumps(meta)})
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    store.files.write_bytes(STATE, sink.getvalue())
