@@ -11,8 +11,8 @@ and the state put new files, never rewrite). The edit is pipeline_scale.edited_c
 of the documents changed, half as many deleted and as many added. With --on-top S the index is
 taken to hold the edit of share S already (an earlier update), and the measured edit is `share`
 more on top of it: documents past those S changed, deleted and added. --share 0 measures a no-op
-rerun. An index whose ingest record (bench/record_sources.py) matches the corpus reads only the
-files the edit changed, as a nightly run would.
+rerun. An index that holds what bench/record_run_state.py leaves (the state a nightly run leaves for
+the next) reads only the source files the edit changed and only the LLM calls appended since.
 """
 
 from __future__ import annotations
