@@ -1,7 +1,7 @@
 """What extracting every current chunk from scratch would cost, in tokens (the cost report's
 full-rebuild estimate): for each chunk, the token counts of the calls that extracted it (gleaning
-rounds included), from the latest run that extracted it, each prompt counted once. The counts
-are the calls' own (llm_calls: a cache hit records what the call cost when it was made), so the
+rounds included), from the latest run that extracted it, each prompt counted once (with its
+largest counts, should two rows of one prompt differ). The counts are the calls' own (llm_calls: a cache hit records what the call cost when it was made), so the
 cache is not read.
 
 The calls counted are kept between runs (`state/extract/rebuild-calls.arrow`, with the
