@@ -1,7 +1,8 @@
-"""Deleting the rows of removed chunks, the two ways side by side in one process: a Delta DELETE
-per 5,000 chunk ids (IndexStore.delete_in, what extract did) against one patch per table that
-rewrites only the files holding one (storage.patch.delete_matching, with each file's chunk ids
-read once by distinct_per_file, what extract does now). Each way runs on its own hard-linked copy
+"""Extract's clean-up of removed chunks, the two ways side by side in one process: the distinct
+chunk ids of each table (IndexStore.distinct_array) and a Delta DELETE per 5,000 removed ids
+(IndexStore.delete_in), what extract did, against each file's chunk ids read once
+(distinct_per_file) and one patch per table that rewrites only the files holding a removed id
+(storage.patch.delete_matching), what extract does now. Each way runs on its own hard-linked copy
 of --index, in the order A B B A; the rows left must be the same.
 
     python bench/deletion_paths.py --index DIR/index-1000000 --work /tmp/dp --documents 500
@@ -39,6 +40,8 @@ def by_delete(index: Path, gone: list[str]) -> dict[str, int]:
     from graphwright.storage.delta import IndexStore
 
     store = IndexStore(index)
+    for name in TABLES:
+        store.distinct_array(name, "chunk_id")
     return {name: store.delete_in(name, "chunk_id", gone) for name in TABLES}
 
 

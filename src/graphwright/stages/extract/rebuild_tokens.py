@@ -6,7 +6,8 @@ cache is not read.
 
 The calls counted are kept between runs (`state/extract/rebuild-calls.arrow`, with the
 `llm_calls` version they describe), so that a run reads only the calls appended since, from the
-Delta log, instead of every extract call of the index: 3.9 s of each update at 1.2M chunks.
+Delta log, instead of every extract call of the index (at 1.2M chunks 1.9 s instead of 2.8 s;
+filtering, counting and keeping the 1.2M calls is most of what is left).
 Where the log cannot say what was appended (a commit gone, or one that removed rows other than
 by compaction), the calls are read whole, as they are the first time."""
 
