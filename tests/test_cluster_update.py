@@ -138,3 +138,53 @@ def test_patched_communities_table_stays_consistent_with_the_graph(tmp_path):
         assert all(by_id[k]["parent_id"] == c["community_id"] for k in c["children_ids"])
         if c["parent_id"]:
             assert c["community_id"] in by_id[c["parent_id"]]["children_ids"]
+
+
+def test_only_touched_entities_move_at_any_level():
+    """Untouched entities keep their co-members at every level: a community without a touched
+    member is one the previous hierarchy had, so only the communities of touched entities (and
+    their ancestors) get new members, new ids, and new reports."""
+    engine = make_engine("igraph")
+    n, edges, weights = planted([60] * 8, 0.25, 0.01, seed=5)
+    config = ClusterConfig(max_cluster_size=8, seed=3)
+    before = hierarchical_leiden(n, edges, weights, config, engine)
+    ids = [f"e{i:04d}" for i in range(n)]
+    new_ids = ids + ["e9999"]
+    extra = np.array([[n, 0], [n, 1], [n, 2], [60, 65], [61, 67], [130, 200]])
+    new_edges, new_weights = np.concatenate([edges, extra]), np.concatenate([weights, np.ones(len(extra))])
+    touched, *_ = graph_changes(pa.array(ids), edges, weights, new_ids, new_edges, new_weights)
+    levels, stats = incremental_levels(n + 1, new_edges, new_weights, config, engine, as_previous(before), touched,
+                                       stable_hashes(new_ids))
+    after = listing(levels)
+    assert max(c.level for c in after) >= 2  # the splits below the top level are exercised
+    previous = {(c.level, tuple(c.members)) for c in before}
+    untouched = [c for c in after if not touched[c.members].any()]
+    assert untouched and all((c.level, tuple(c.members)) in previous for c in untouched)
+    # and every community's untouched members are those of a previous community at its level
+    moving = np.flatnonzero(touched)
+    for c in after:
+        stay = np.setdiff1d(c.members, moving)
+        assert not len(stay) or any(np.array_equal(stay, np.setdiff1d(o.members, moving)) for o in before if o.level == c.level)
+    fresh = hierarchical_leiden(n + 1, new_edges, new_weights, config, engine)
+    assert modularity(n + 1, new_edges, new_weights, top_labels(after, n + 1)) >= \
+        modularity(n + 1, new_edges, new_weights, top_labels(fresh, n + 1)) - 0.002
+
+
+def test_an_update_takes_leiden_over_all_entities_when_units_fall_behind():
+    """Units never re-optimize what a change did not touch: when the previous hierarchy is far
+    from what the graph now holds, the refresh check takes Leiden over all entities."""
+    engine = make_engine("igraph")
+    n, edges, weights = planted([40] * 10, 0.3, 0.004, seed=1)
+    ids = [f"e{i:04d}" for i in range(n)]
+    # a previous hierarchy that no longer fits: top-level communities that cut across the blocks
+    stale = [[(np.arange(k, n, 5), None, f"c{k}") for k in range(5)]]
+    touched, *_ = graph_changes(pa.array(ids), edges, weights, ids, edges, weights)
+    touched[[0, 41]] = True
+    fresh = modularity(n, edges, weights, top_labels(hierarchical_leiden(n, edges, weights, CONFIG, engine), n))
+    quality = {}
+    for gain in (None, 0.001):
+        config = CONFIG.model_copy(update={"refresh_gain": gain})
+        levels, stats = incremental_levels(n, edges, weights, config, engine, stale, touched, stable_hashes(ids))
+        quality[gain] = modularity(n, edges, weights, top_labels(listing(levels), n))
+    assert quality[None] < fresh - 0.1  # the units keep the stale cut
+    assert quality[0.001] >= fresh - 0.002 and stats["refreshed"]
