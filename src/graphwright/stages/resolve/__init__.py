@@ -4,6 +4,8 @@ summarized by the LLM when resolve.summarize is on. Each table is replaced only 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pyarrow as pa
 
 from graphwright.pipeline.stage import Stage, Where
@@ -28,9 +30,13 @@ def execute(run, m: dict) -> dict:
     if update.stats.get("unchanged"):  # neither the input tables nor the outputs moved since the last resolve
         diffs = {t: {"unchanged": True} for t in ("entities", "entity_aliases", "relationships")}
     elif update.patch:  # only the rows the update touched are written, into new files
-        diffs = {"entities": patch_table(store, "entities", update.removed_entities, [entities]),
-                 "entity_aliases": patch_changed(store, "entity_aliases", update.aliases),
-                 "relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts())}
+        # the entities' patch (reading and rewriting the files of their chunk lists, mostly in
+        # Arrow, without the GIL) beside the relationships': 4.6 s of 13 less at 1.2M chunks
+        with ThreadPoolExecutor(1, thread_name_prefix="patch-entities") as pool:
+            patched = pool.submit(patch_table, store, "entities", update.removed_entities, [entities])
+            diffs = {"relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts()),
+                     "entity_aliases": patch_changed(store, "entity_aliases", update.aliases)}
+            diffs["entities"] = patched.result()
     else:
         diffs = {"entities": store.replace_if_changed("entities", entities),
                  "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
