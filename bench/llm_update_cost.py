@@ -66,6 +66,9 @@ def main() -> None:
     p.add_argument("--full-build-s", type=float)
     p.add_argument("--keep", action="store_true", help="keep each checkout's updated index (WORK/run-LABEL)")
     p.add_argument("--profile", type=Path, metavar="DIR", help="run each checkout under cProfile, writing DIR/LABEL.prof")
+    p.add_argument("--check", action="store_true",
+                   help="check each updated index (this checkout's code): entities, aliases and relationships against a "
+                        "full resolve of the same state, top-level modularity against a fresh clustering (bench/update_cost.py)")
     p.add_argument("--both-orders", action="store_true",
                    help="run the checkouts in the order given, then reversed, and print each one's mean: the run that "
                         "comes second is favoured (a warmer page cache), by tens of seconds at 1.2M chunks")
@@ -99,14 +102,18 @@ def main() -> None:
                 profile = ["-m", "cProfile", "-o", str(a.profile / f"{label}.prof")] if a.profile else []
                 out = subprocess.run([sys.executable, *profile, str(script), "--one", str(a.corpus), str(target), f"http://127.0.0.1:{port}/v1"],
                                      capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(Path(checkout) / "src")))
-                if not a.keep:
-                    shutil.rmtree(target)
                 if out.returncode:
                     raise SystemExit(f"the {label} run failed:\n{out.stderr[-3000:]}")
                 r = results[label] = json.loads(out.stdout.strip().splitlines()[-1])
+                if a.check:
+                    r["check"] = _check(target, a.index, a.work / "check", port)
+                if not a.keep:
+                    shutil.rmtree(target)
                 share = f" ({r['wall_s'] / a.full_build_s:.2%} of the build)" if a.full_build_s else ""
                 print(f"  {label:<8} total {r['wall_s']:7.1f} s{share}  peak {r['peak_rss_mb'] / 1024:5.2f} GiB | "
                       + " ".join(f"{k} {v['wall_s']:.1f}" for k, v in r["stages"].items()), flush=True)
+                if a.check:
+                    print(f"           reports written {r['stages'].get('report', {}).get('work_done')}; check {json.dumps(r['check'])}", flush=True)
         if a.both_orders:
             print("mean of both orders:")
             for label, _ in (s.split("=", 1) for s in a.src):
@@ -118,6 +125,17 @@ def main() -> None:
     finally:
         stub.terminate()
     (a.work / "results.json").write_text(json.dumps(results))
+
+
+def _check(index: Path, previous: Path, work: Path, port: int) -> dict:
+    """bench/update_cost.py's check of an updated index, with the LLM path's extractor key."""
+    overrides = {"extract": {"engine": "llm"}, "llm": {"engine": "openai", "model": "stub", "base_url": f"http://127.0.0.1:{port}/v1",
+                                                       "api_key_env": None}}
+    out = subprocess.run([sys.executable, str(HERE / "update_cost.py"), "--check", str(index), str(previous), str(work), json.dumps(overrides)],
+                         capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(HERE.parent / "src")))
+    if out.returncode:
+        raise SystemExit(f"the check of {index} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def check(index: Path, previous: Path, work: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _check(index: Path, previous: Path, work: Path) -> dict:
+def _check(index: Path, previous: Path, work: Path, overrides: dict | None = None) -> dict:
     import numpy as np
     import pyarrow as pa
 
@@ -85,7 +85,8 @@ def _check(index: Path, previous: Path, work: Path) -> dict:
     from graphwright.stages.cluster.update import current_graph
     from graphwright.storage.delta import IndexStore
 
-    config = load_config(None, {"embed": {"engine": "hashing"}, "execution": {"executor": "local", "commit_every": 4096}})
+    config = load_config(None, {"embed": {"engine": "hashing"}, "execution": {"executor": "local", "commit_every": 4096},
+                                **(overrides or {})})
     fresh = work / "fresh-resolve"
     copy_index(index, fresh)
     shutil.rmtree(fresh / "state", ignore_errors=True)
@@ -190,10 +191,10 @@ def main() -> None:
     p.add_argument("--full-build-s", type=float, help="the full build's wall seconds, for the ratios")
     p.add_argument("--fresh", default="", metavar="SHARES",
                    help="for these shares, also index the edited corpus from scratch and compare every table (a full build each)")
-    p.add_argument("--check", nargs=3, help=argparse.SUPPRESS)
+    p.add_argument("--check", nargs="+", help=argparse.SUPPRESS)  # INDEX PREVIOUS WORK [CONFIG OVERRIDES AS JSON]
     a = p.parse_args()
     if a.check:
-        print(json.dumps(_check(*(Path(x) for x in a.check))))
+        print(json.dumps(_check(*(Path(x) for x in a.check[:3]), json.loads(a.check[3]) if len(a.check) > 3 else None)))
         return
     a.work.mkdir(parents=True, exist_ok=True)
     _restore(a.corpus)

@@ -31,7 +31,7 @@ def execute(run, m: dict) -> dict:
         diffs = {t: {"unchanged": True} for t in ("entities", "entity_aliases", "relationships")}
     elif update.patch:  # only the rows the update touched are written, into new files
         # the entities' patch (reading and rewriting the files of their chunk lists, mostly in
-        # Arrow, without the GIL) beside the relationships': 4.6 s of 13 less at 1.2M chunks
+        # Arrow, without the GIL) beside the relationships': resolve 36.4 -> 33.6 s in a 0.1% update at 1.2M
         with ThreadPoolExecutor(1, thread_name_prefix="patch-entities") as pool:
             patched = pool.submit(patch_table, store, "entities", update.removed_entities, [entities])
             diffs = {"relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts()),
