@@ -1,11 +1,12 @@
-"""Incremental clustering: Leiden runs again only in the communities an update touched (and their
-descendants); every other community keeps its members and subtree, and the top level's modularity
-stays within 0.002 of a fresh full clustering of the same graph."""
+"""Incremental clustering: an update moves only the entities it touched (Leiden over units of
+untouched co-members), every community without a touched member keeps its members and subtree,
+and the top level's modularity stays within 0.002 of a fresh full clustering of the same graph."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
@@ -188,3 +189,23 @@ def test_an_update_takes_leiden_over_all_entities_when_units_fall_behind():
         quality[gain] = modularity(n, edges, weights, top_labels(listing(levels), n))
     assert quality[None] < fresh - 0.1  # the units keep the stale cut
     assert quality[0.001] >= fresh - 0.002 and stats["refreshed"]
+
+
+def test_units_keep_the_graph_modularity():
+    """Leiden over units optimizes the whole graph's modularity: any partition of the units has
+    the modularity of the same partition of their members (inner edges kept as self-loops)."""
+    from graphwright.stages.cluster.incremental import Units
+
+    rng = np.random.default_rng(4)
+    n, edges, weights = planted([30] * 6, 0.3, 0.02, seed=2)
+    old = np.repeat(np.arange(6), 30)
+    old[rng.choice(n, 10, replace=False)] = -1  # new entities
+    touched = rng.random(n) < 0.1
+    units = Units.of(old, touched, np.zeros(n, np.int64))
+    assert units.count == 6 + int((touched | (old < 0)).sum()) - sum(
+        not (~touched[old == k]).any() for k in range(6))  # a unit per kept community and per free node
+    r_edges, r_weights = units.graph(edges, weights)
+    for _ in range(5):
+        labels = rng.integers(0, 4, units.count)
+        assert modularity(units.count, r_edges, r_weights, labels) == pytest.approx(
+            modularity(n, edges, weights, labels[units.unit]), abs=1e-12)
