@@ -387,3 +387,18 @@ def test_graph_hash_identifies_the_weighted_graph_whatever_the_row_order():
     # the same bytes cut differently are another graph
     assert graph_hash(pa.table({"entity_id": ["ab", "c"]}), rels) != graph_hash(pa.table({"entity_id": ["a", "bc"]}), rels)
     assert graph_hash(entities.slice(0, 0), rels.slice(0, 0)) == graph_hash(entities.slice(0, 0), rels.slice(0, 0))
+
+
+def test_modularity_is_igraphs():
+    """engines.graph.modularity (numpy, run by every update's quality check) equals igraph's."""
+    from graphwright.engines.graph.graphs import igraph_graph
+
+    rng = np.random.default_rng(11)
+    n = 400
+    edges = rng.integers(0, n, (3000, 2))
+    edges = np.unique(np.sort(edges[edges[:, 0] != edges[:, 1]], axis=1), axis=0)
+    weights = rng.uniform(0.1, 3.0, len(edges))
+    for k in (1, 7, 40):
+        labels = rng.integers(0, k, n)
+        expected = igraph_graph(n, edges).modularity(labels.tolist(), weights=weights.tolist())
+        assert modularity(n, edges, weights, labels) == pytest.approx(expected, abs=1e-12)
