@@ -50,6 +50,14 @@ class MemorySampler(threading.Thread):
                     self.peak[name] = max(self.peak[name], int(value.split()[0]) // 1024)
 
 
+def llm_settings(base_url: str, concurrency: int = 16) -> dict:
+    """The extract and llm sections of this bench's configuration (the stub's model, whose name
+    is part of the extractor key every mention carries)."""
+    return {"extract": {"engine": "llm"},
+            "llm": {"engine": "openai", "model": "stub", "base_url": base_url, "api_key_env": None,
+                    "response_format": "json_object", "concurrency": concurrency, "timeout_s": 120}}
+
+
 def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency: int) -> dict:
     """Index `corpus` in this process (whatever checkout is on the path); per-stage figures."""
     try:
@@ -62,9 +70,7 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
     from graphwright.config import load_config
 
     config = load_config(None, {
-        "extract": {"engine": "llm"},
-        "llm": {"engine": "openai", "model": "stub", "base_url": base_url, "api_key_env": None,
-                "response_format": "json_object", "concurrency": concurrency, "timeout_s": 120},
+        **llm_settings(base_url, concurrency),
         "report": {"mode": reports},
         "embed": {"engine": "hashing"},
         "execution": {"executor": "ray", "commit_every": 4096},

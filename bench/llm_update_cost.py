@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _ports import free_port, wait_listening
+from llm_path_scale import llm_settings
 from pipeline_scale import _restore, edited_corpus
 from update_cost import copy_index
 
@@ -129,8 +130,7 @@ def main() -> None:
 
 def _check(index: Path, previous: Path, work: Path, port: int) -> dict:
     """bench/update_cost.py's check of an updated index, with the LLM path's extractor key."""
-    overrides = {"extract": {"engine": "llm"}, "llm": {"engine": "openai", "model": "stub", "base_url": f"http://127.0.0.1:{port}/v1",
-                                                       "api_key_env": None}}
+    overrides = llm_settings(f"http://127.0.0.1:{port}/v1")
     out = subprocess.run([sys.executable, str(HERE / "update_cost.py"), "--check", str(index), str(previous), str(work), json.dumps(overrides)],
                          capture_output=True, text=True, check=False, env=dict(os.environ, PYTHONPATH=str(HERE.parent / "src")))
     if out.returncode:

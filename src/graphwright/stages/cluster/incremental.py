@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from graphwright.config import ClusterConfig
 from graphwright.engines.graph.graphs import dense_labels, modularity
-from graphwright.stages.cluster.hierarchy import _relabel, partition_groups
+from graphwright.stages.cluster.hierarchy import _relabel, partition_groups, sorted_edges
 from graphwright.stages.resolve.pair_cache import mix, set_hashes
 from graphwright.util.numeric import to_numpy, unique_inverse
 
@@ -175,8 +175,7 @@ def _refreshed(n: int, edges, weights, labels: np.ndarray, config: ClusterConfig
     clustering (bench/cluster_drift.py)."""
     if config.refresh_gain is None or not n:
         return labels
-    order = np.argsort(edges[:, 0] * n + edges[:, 1])  # as hierarchy._levels orders them
-    fresh = engine.partition(n, np.take(edges, order, axis=0), weights[order], seed=config.seed,
+    fresh = engine.partition(n, *sorted_edges(n, edges, weights), seed=config.seed,
                              resolution=config.resolution, n_iterations=config.n_iterations)
     kept, better = modularity(n, edges, weights, labels), modularity(n, edges, weights, fresh)
     stats.update(modularity_units=round(kept, 6), modularity_fresh=round(better, 6), refreshed=bool(better - kept > config.refresh_gain))
