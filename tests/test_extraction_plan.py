@@ -99,7 +99,7 @@ def test_one_lookup_in_the_chunk_ids_finds_the_stale_rows_and_the_chunks_to_extr
 
     import pyarrow as pa
 
-    from graphwright.stages.extract import _against_chunks
+    from graphwright.stages.extract.todo import _against_chunks
 
     rng = random.Random(5)
     chunk_ids = [f"c{n:05d}" for n in rng.sample(range(20_000), 5_000)]

@@ -58,7 +58,7 @@ def test_embed_reads_the_text_of_new_chunks_only(tmp_path, monkeypatch):
 
     def rows_in(self, name, column, values, columns):
         if name == "chunks":
-            asked.append(len(set(values)))
+            asked.append((len(set(values)), tuple(columns)))
         return real(self, name, column, values, columns)
 
     monkeypatch.setattr(IndexStore, "rows_in", rows_in)
@@ -66,11 +66,34 @@ def test_embed_reads_the_text_of_new_chunks_only(tmp_path, monkeypatch):
     summary = _index(src, index, docs)
     embed = _details(index, summary)["embed"]
     assert embed["chunk"] == {"embedded": 1, "reused": 4, "removed": 1}
-    assert asked[-1] == 1  # the embed stage's read: the one new chunk (extract asked for it too)
+    # the embed stage's read of the one new chunk, and the lexical index's; the extract stage had
+    # its text from the log
+    assert sorted(asked) == [(1, ("chunk_id", "doc_id", "text", "n_tokens")), (1, ("chunk_id", "text"))]
     store = IndexStore(index)
     chunk_ids = set(store.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist())
     embedded = store.read("embeddings", columns=["item_id"], where="kind = 'chunk'").column("item_id").to_pylist()
     assert sorted(embedded) == sorted(chunk_ids)
+
+
+def test_extract_skips_a_no_op_and_takes_an_updates_chunks_from_the_log(tmp_path):
+    src, index, fresh_src, fresh = tmp_path / "src", tmp_path / "index", tmp_path / "fresh-src", tmp_path / "fresh"
+    src.mkdir()
+    fresh_src.mkdir()
+    _index(src, index, DOCS)
+    assert _details(index, _index(src, index, DOCS))["extract"].get("skipped")
+    docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}
+    update = _details(index, _index(src, index, docs))["extract"]
+    assert update["work_found_from"] == "log" and update["chunks_extracted"] == 1
+    assert update["removed"]["mentions"] > 0 and update["removed"]["extractions"] == 1  # the rows of d0's chunk
+    _index(fresh_src, fresh, docs)
+    for name, key in (("mentions", "mention_id"), ("assertions", "assertion_id"), ("extractions", "chunk_id")):
+        got, want = (sorted(IndexStore(i).read(name, columns=[key]).column(key).to_pylist()) for i in (index, fresh))
+        assert got == want, name
+    # a write to its tables since its last run (another writer, an interrupted run): from the tables
+    store = IndexStore(index)
+    store.delete("mentions", f"chunk_id = '{store.read('mentions', columns=['chunk_id']).column('chunk_id')[0].as_py()}'")
+    again = _details(index, _index(src, index, docs | {"d8": "Gita Rao met Bruno Keller in Port Elling."}))["extract"]
+    assert again["work_found_from"] == "tables" and again["chunks_extracted"] == 1
 
 
 def test_publish_counts_from_the_log_equal_the_tables(tmp_path):
@@ -169,3 +192,50 @@ def test_communities_written_with_chunk_lists_are_rewritten_once_without_them(tm
     assert again["cluster"].get("skipped")
     update = _details(index, _index(src, index, DOCS | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}))
     assert update["cluster"]["incremental"] and "columns_retired" not in update["cluster"]
+
+
+def _waits_for(event, seen: list, name: str, work):
+    """`work`, called once `event` is set (or 5 s later); `seen` gets whether it was set in time."""
+    def wrapped(*args, **kwargs):
+        seen.append((name, event.wait(5)))
+        return work(*args, **kwargs)
+    return wrapped
+
+
+def _sets(event, work):
+    def wrapped(*args, **kwargs):
+        event.set()
+        return work(*args, **kwargs)
+    return wrapped
+
+
+def test_an_updates_fresh_top_level_runs_while_the_previous_hierarchy_is_read(tmp_path, monkeypatch):
+    import threading
+
+    from graphwright.stages.cluster import update
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    started, seen = threading.Event(), []
+    monkeypatch.setattr(update, "fresh_top", _sets(started, update.fresh_top))
+    monkeypatch.setattr(update, "previous_levels", _waits_for(started, seen, "previous_levels", update.previous_levels))
+    details = _details(index, _index(src, index, DOCS | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}))
+    assert details["cluster"]["incremental"] and "modularity_fresh" in details["cluster"]["changes"]
+    assert seen == [("previous_levels", True)]
+
+
+def test_the_lexical_indexes_are_written_beside_the_vector_indexes(tmp_path, monkeypatch):
+    import threading
+
+    from graphwright.stages.embed import search_files
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    started, seen = threading.Event(), []
+    monkeypatch.setattr(search_files, "write_lexical_indexes", _sets(started, search_files.write_lexical_indexes))
+    monkeypatch.setattr(search_files, "write_vector_index", _waits_for(started, seen, "vectors", search_files.write_vector_index))
+    _index(src, index, DOCS)
+    assert seen and all(in_time for _, in_time in seen)
+    manifest = IndexStore(index).read("index_manifest").to_pylist()
+    assert manifest  # published, with every file

@@ -44,6 +44,12 @@ class StageMemo:
         note = self._note()
         return note.get("reads") if note is not None else None
 
+    def writes_unmoved(self) -> bool:
+        """Whether the stage's tables are at the versions its last recorded run left them: nothing
+        wrote them since, not even an interrupted run of the stage."""
+        note = self._note()
+        return note is not None and note.get("writes") == self._versions(self.writes)
+
     def record(self, result: dict | None = None) -> None:
         note = {"key": self.key, "reads": self.seen, "writes": self._versions(self.writes), "result": result or {}}
         self.store.files.write_bytes(self.path, json.dumps(note, sort_keys=True, default=str).encode())

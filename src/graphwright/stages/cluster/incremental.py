@@ -105,10 +105,11 @@ def member_hashes(groups: list[np.ndarray], node_hash: np.ndarray) -> np.ndarray
 
 
 def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine, prev: list,
-                       touched: np.ndarray, node_hash: np.ndarray, pool=None,
-                       usage: dict | None = None) -> tuple[list[list[tuple[np.ndarray, int | None]]], dict]:
+                       touched: np.ndarray, node_hash: np.ndarray, pool=None, usage: dict | None = None,
+                       fresh=None) -> tuple[list[list[tuple[np.ndarray, int | None]]], dict]:
     """The hierarchy's levels (as hierarchy._levels gives them) re-partitioned only where the graph
-    changed (module docstring): `touched` marks the ends of every changed edge and new nodes."""
+    changed (module docstring): `touched` marks the ends of every changed edge and new nodes.
+    `fresh`, if given, returns fresh_top's labels (the caller may have started it beforehand)."""
     options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
     strength = np.bincount(edges[:, 0], weights, n) + np.bincount(edges[:, 1], weights, n) if len(edges) else np.zeros(n)
     stats = {"top_communities_kept": 0, "top_communities_repartitioned": 0, "subtrees_reused": 0, "splits": 0,
@@ -120,7 +121,8 @@ def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: C
         r_edges, r_weights = units.graph(edges, weights)
         labels = engine.partition(units.count, r_edges, r_weights, seed=config.seed, initial=units.initial,
                                   strength=np.bincount(units.unit, strength, units.count), total=float(strength.sum()), **options)
-        labels = _refreshed(n, edges, weights, labels[units.unit], config, engine, stats)
+        labels = _refreshed(n, edges, weights, labels[units.unit], config, stats,
+                            fresh or (lambda: fresh_top(n, edges, weights, config, engine)))
         top = _relabel(labels)
         stats["units_partitioned"] += units.count
     else:
@@ -166,20 +168,25 @@ def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: C
     return levels, stats
 
 
-def _refreshed(n: int, edges, weights, labels: np.ndarray, config: ClusterConfig, engine, stats: dict) -> np.ndarray:
+def fresh_top(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine) -> np.ndarray:
+    """The top level of a fresh clustering: Leiden over every entity, not warm-started, as a first
+    build runs it."""
+    return engine.partition(n, *sorted_edges(n, edges, weights), seed=config.seed,
+                            resolution=config.resolution, n_iterations=config.n_iterations)
+
+
+def _refreshed(n: int, edges, weights, labels: np.ndarray, config: ClusterConfig, stats: dict, fresh) -> np.ndarray:
     """The top level an update keeps: `labels` (only touched entities moved), unless the top level
-    of a fresh clustering (Leiden over every entity, not warm-started, as a first build runs it)
-    has a top-level modularity higher by more than `config.refresh_gain`; then that one. Units never
-    re-optimize what a change did not touch, and Leiden warm-started from them stays near them:
-    over 30 generated 1% updates of the 145k-chunk graph, both fell 0.003-0.006 below a fresh
-    clustering (bench/cluster_drift.py)."""
+    of a fresh clustering (`fresh()`, fresh_top) has a top-level modularity higher by more than
+    `config.refresh_gain`; then that one. Units never re-optimize what a change did not touch, and
+    Leiden warm-started from them stays near them: over 30 generated 1% updates of the 145k-chunk
+    graph, both fell 0.003-0.006 below a fresh clustering (bench/cluster_drift.py)."""
     if config.refresh_gain is None or not n:
         return labels
-    fresh = engine.partition(n, *sorted_edges(n, edges, weights), seed=config.seed,
-                             resolution=config.resolution, n_iterations=config.n_iterations)
-    kept, better = modularity(n, edges, weights, labels), modularity(n, edges, weights, fresh)
+    better_labels = fresh()
+    kept, better = modularity(n, edges, weights, labels), modularity(n, edges, weights, better_labels)
     stats.update(modularity_units=round(kept, 6), modularity_fresh=round(better, 6), refreshed=bool(better - kept > config.refresh_gain))
-    return fresh if stats["refreshed"] else labels
+    return better_labels if stats["refreshed"] else labels
 
 
 def _labels(level: list, n: int) -> np.ndarray:

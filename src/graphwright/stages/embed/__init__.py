@@ -13,8 +13,7 @@ from graphwright import ids
 from graphwright.engines.embed import EmbedBatch, model_name
 from graphwright.pipeline.executors import BatchStage, actor_threads, pool_of
 from graphwright.pipeline.stage import Stage, Where
-from graphwright.stages.embed.search_files import write_search_files
-from graphwright.stages.embed.vector_files import write_vector_index
+from graphwright.stages.embed.search_files import write_index_files
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
 from graphwright.storage.memo import StageMemo
@@ -71,11 +70,7 @@ def _embed(run, m: dict) -> dict:
             _commit_vectors(store, model, pending, keep_open=not crowded)
     _commit_vectors(store, model, pending)
     del todo  # the texts are not needed while the indexes are built
-    files, digests = {}, {}
-    for kind in counts:
-        files[kind], written = write_vector_index(store, kind, model, cfg)
-        digests.update(written)
-    files |= write_search_files(store, cfg, model, files, m)
+    files, digests = write_index_files(store, cfg, model, list(counts), m)
     total = sum(c["embedded"] + c["reused"] for c in counts.values())
     m.update(rows_in=total, rows_out=embedded, model=model, **counts,
              work_unit="items", work_done=embedded, work_total=total)

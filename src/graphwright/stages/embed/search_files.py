@@ -1,10 +1,11 @@
-"""Embed: the files the query modes search beside the vector indexes, each built or updated
-with what changed: the lexical indexes (lexical), the synonym edges (synonyms) and the passage
-graph (passage_graph). Returned by manifest key, pinned by the manifest with the vector indexes."""
+"""Embed: the vector indexes and the files the query modes search beside them, each built or
+updated with what changed: the lexical indexes (lexical), the synonym edges (synonyms) and the
+passage graph (passage_graph). Returned by manifest key, pinned by the manifest."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from graphwright.stages.embed.lexical import write_lexical_indexes
 from graphwright.stages.embed.passage_graph import MANIFEST_KEY as GRAPH_KEY
@@ -12,27 +13,53 @@ from graphwright.stages.embed.passage_graph import write_passage_graph
 from graphwright.stages.embed.passage_update import updated_mentions
 from graphwright.stages.embed.synonyms import MANIFEST_KEY as SYNONYMS_KEY
 from graphwright.stages.embed.synonyms import NAME_KIND, write_synonyms
+from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage import manifest
 
 
-def write_search_files(store, cfg, model: str, vector_files: dict[str, str], seconds: dict) -> dict[str, str]:
-    """Manifest key -> path; `seconds` gets the time each part took (and, under "lexical", how
-    each lexical index found what changed)."""
-    started = time.perf_counter()
-    out = write_lexical_indexes(store, cfg, seconds.setdefault("lexical", {}))
-    seconds["lexical_s"] = round(time.perf_counter() - started, 3)
-    if cfg.search_index.passage_graph:
-        started = time.perf_counter()
-        synonyms = write_synonyms(store, cfg, model, vector_files[NAME_KIND]) if NAME_KIND in vector_files else None
-        if synonyms:
-            out[SYNONYMS_KEY] = synonyms
-        seconds["synonyms_s"] = round(time.perf_counter() - started, 3)
-        started = time.perf_counter()
-        out[GRAPH_KEY] = write_passage_graph(  # the published graph is read only when this state's is not there
-            store, synonyms, lambda entity_keys, chunk_keys: updated_mentions(store, manifest.published(store), entity_keys, chunk_keys),
-            seconds)
-        seconds["passage_graph_s"] = round(time.perf_counter() - started, 3)
+def write_index_files(store, cfg, model: str, kinds, seconds: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """Every kind's vector index (vector_files) and the search files: (manifest key -> path, the
+    sha256 of each vector file written). `seconds` gets the time each part took (and, under
+    "lexical", how each lexical index found what changed).
+    Two threads, each mostly in Rust, Arrow and faiss without the GIL: the lexical indexes, then
+    the vector indexes the synonym edges do not need; beside them the entity names' vector index,
+    the synonym edges and the passage graph (which are built from those edges)."""
+    files, digests = {}, {}
+
+    def vectors(wanted):
+        for kind in wanted:
+            files[kind], written = write_vector_index(store, kind, model, cfg)
+            digests.update(written)
+
+    def lexical_then(wanted):
+        out = _timed(seconds, "lexical_s", write_lexical_indexes, store, cfg, seconds.setdefault("lexical", {}))
+        vectors(wanted)
+        return out
+
+    with ThreadPoolExecutor(1, thread_name_prefix="index-files") as side:
+        lexical = side.submit(lexical_then, [k for k in kinds if k != NAME_KIND])
+        vectors([k for k in kinds if k == NAME_KIND])
+        graph = _graph_files(store, cfg, model, files.get(NAME_KIND), seconds) if cfg.search_index.passage_graph else {}
+        out = lexical.result()
+    return {k: files[k] for k in kinds} | out | graph, digests
+
+
+def _graph_files(store, cfg, model: str, names_file: str | None, seconds: dict) -> dict[str, str]:
+    out = {}
+    synonyms = _timed(seconds, "synonyms_s", lambda: write_synonyms(store, cfg, model, names_file) if names_file else None)
+    if synonyms:
+        out[SYNONYMS_KEY] = synonyms
+    out[GRAPH_KEY] = _timed(  # the published graph is read only when this state's is not there
+        seconds, "passage_graph_s", write_passage_graph, store, synonyms,
+        lambda entity_keys, chunk_keys: updated_mentions(store, manifest.published(store), entity_keys, chunk_keys), seconds)
     return out
+
+
+def _timed(seconds: dict, name: str, work, *args):
+    started = time.perf_counter()
+    result = work(*args)
+    seconds[name] = round(time.perf_counter() - started, 3)
+    return result
 
 
 def unused_files(files, kept: list[dict]) -> list[str]:

@@ -1,11 +1,12 @@
 """Extract stage: every chunk without a completion marker for the current extractor is sent
 through it (the `nlp` rules, or an LLM through the cache) on the executor's workers; the driver
 commits mentions and assertions, then the markers that certify them (extractions), every
-execution.commit_every chunks. What an interrupted attempt left is removed once, up front."""
+execution.commit_every chunks. What an interrupted attempt left is removed once, up front.
+Which chunks those are, and which rows belong to chunks gone, is found from the Delta log where
+it can be (stages.extract.todo); a run where no chunk moved and none is unfinished is skipped."""
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,44 +17,32 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.extract.extractors import extractor_key
 from graphwright.stages.extract.rebuild_tokens import full_rebuild_tokens
 from graphwright.stages.extract.requests import plan_extraction, with_copies
-from graphwright.storage.patch import delete_matching, distinct_per_file
+from graphwright.stages.extract.todo import TABLES, from_log, from_tables
+from graphwright.storage.memo import StageMemo
 
 
 def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config
     key = extractor_key(cfg.extract, cfg.llm)
-    chunks = store.read("chunks", columns=["chunk_id"])
-    chunk_ids = chunks.column("chunk_id").combine_chunks()  # set operations in Arrow: 1.2M ids as Python sets took seconds
-
-    def among(values: pa.Array, others: pa.Array, inside: bool = True) -> list[str]:
-        hit = pc.is_in(values, value_set=others)
-        return sorted(values.filter(hit if inside else pc.invert(hit)).to_pylist())
-
-    # lineage cleanup: extraction rows of chunks that no longer exist
-    # each file's chunk ids, read once: what the tables hold, and which files a deletion rewrites
-    held = {name: distinct_per_file(store, name, "chunk_id") for name in ("mentions", "assertions", "extractions")}
-    have = {name: pc.unique(pa.chunked_array(list(files.values()), pa.string())) for name, files in held.items()}
-    done = store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'").column("chunk_id")
-    gone, todo = _against_chunks(chunk_ids, [*have.values()], done.combine_chunks())
-    removed = {name: delete_matching(store, name, "chunk_id", g, known=held[name]) if g else 0 for name, g in zip(have, gone)}
-    # chunks whose last reply needed repairs are asked once more (llm.py); the second reply is kept
-    retried = set(store.distinct_array("extractions", "chunk_id", where=f"extractor = '{key}' AND status = 'partial'").to_pylist()) if todo else set()
-    # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
-    # their new rows can be appended (per-commit deletes and merges scan whole tables)
-    todo_ids = pa.array(todo, pa.string())
-    for name in ("mentions", "assertions"):
-        leftover = among(have[name], todo_ids)
-        removed[name] += delete_matching(store, name, "chunk_id", leftover) if leftover else 0
-    if unfinished := among(have["extractions"], todo_ids):
-        store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
+    memo = StageMemo(store, "extract", ("chunks",), TABLES, key)
+    last = memo.unchanged()
+    if last and not last.get("unfinished"):  # no chunk added or removed, none left to retry
+        m.update(rows_in=0, rows_out=0, skipped=True, extractor=key, chunks_extracted=0, chunks_reused=last["chunks"],
+                 chunks_failed=0, work_unit="chunks", work_done=0, work_total=last["chunks"])
+        if cfg.extract.engine == "llm":
+            run.llm_totals["full_rebuild_tokens"] = last["full_rebuild_tokens"]
+        return {"chunks_extracted": 0, "chunks_failed": 0, "chunks_reused": last["chunks"], "extractor": key}
+    since = memo.last_reads() if memo.writes_unmoved() else None
+    work = (from_log(store, key, since["chunks"]) if since else None) or from_tables(store, key)
+    texts, retried, removed = work.texts, work.retried, work.removed
+    todo = texts.num_rows
     extracted = mentions = failed = 0
     plan_stats: dict = {}
     if todo:
-        texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
-        stage, work, copies, plan_stats = _extraction(run, texts, key, retried)
+        stage, batches, copies, plan_stats = _extraction(run, texts, key, retried)
         pending: list[pa.Table] = []
         try:
-            for batch in run.map_batches("extract", work, stage):
+            for batch in run.map_batches("extract", batches, stage):
                 pending.append(with_copies(batch, copies))
                 if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
                     n, k, f = _commit_extractions(run, pending)
@@ -65,23 +54,27 @@ def execute(run, m: dict) -> dict:
                 plan_stats["lost_calls"] = _count_lost_calls(run)
                 m.update(lost_calls=plan_stats["lost_calls"])
         plan_stats["calls_commit_s"] = round(run.calls.commit_s, 3)
-    m.update(rows_in=len(todo), rows_out=mentions, extractor=key, chunks_extracted=extracted,
-             chunks_reused=len(chunk_ids) - len(todo), chunks_failed=failed, removed=removed,
-             work_unit="chunks", work_done=len(todo), work_total=len(chunk_ids), **plan_stats)
+    m.update(rows_in=todo, rows_out=mentions, extractor=key, chunks_extracted=extracted, chunks_reused=work.chunks - todo,
+             chunks_failed=failed, removed=removed, work_found_from=work.found,
+             work_unit="chunks", work_done=todo, work_total=work.chunks, **plan_stats)
+    rebuild = None
     if cfg.extract.engine == "llm":
-        run.llm_totals["full_rebuild_tokens"] = full_rebuild_tokens(store, chunk_ids)
+        chunk_ids = store.read("chunks", columns=["chunk_id"]).column("chunk_id")
+        rebuild = run.llm_totals["full_rebuild_tokens"] = full_rebuild_tokens(store, chunk_ids)
     failing = store.count("extractions", where=f"extractor = '{key}' AND status = 'failed'") if failed else 0
-    if failing and failing > cfg.extract.max_failed_fraction * len(chunk_ids):
+    if failing and failing > cfg.extract.max_failed_fraction * work.chunks:
         # the index's state after this run: every chunk that still has no extraction, over all chunks
         reasons = store.read("extractions", columns=["chunk_id", "error"], where=f"status = 'failed' AND run_id = '{run.run_id}'")
         example = reasons.slice(0, 1).to_pylist()
         raise TooManyFailures(
-            f"{failing} of the index's {len(chunk_ids)} chunks have no extraction ({failed} failed in this run), above "
+            f"{failing} of the index's {work.chunks} chunks have no extraction ({failed} failed in this run), above "
             f"extract.max_failed_fraction={cfg.extract.max_failed_fraction:g}"
             + (f" (e.g. chunk {example[0]['chunk_id']}: {example[0]['error']})" if example else "")
             + ". They are recorded in the extractions table and retried by the next run; nothing was published"
         )
-    return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": len(chunk_ids) - len(todo), "extractor": key}
+    unfinished = store.count("extractions", where=f"extractor = '{key}' AND status <> 'ok'")
+    memo.record({"chunks": work.chunks, "full_rebuild_tokens": rebuild, "unfinished": unfinished})
+    return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": work.chunks - todo, "extractor": key}
 
 
 def _extraction(run, texts: pa.Table, key: str, retried: set[str]) -> tuple[BatchStage, pa.Table, dict, dict]:
@@ -169,22 +162,6 @@ def _commit_extractions(run, results: list[pa.Table]) -> tuple[int, int, int]:
     store.append("extractions", markers)
     failed = pc.sum(pc.equal(res.column("status"), "failed")).as_py() or 0
     return res.num_rows, mentions.num_rows, failed
-
-
-def _against_chunks(chunk_ids: pa.Array, held: list[pa.Array], done: pa.Array) -> tuple[list[list[str]], list[str]]:
-    """(per array of `held`, its ids that are not chunks, sorted; the chunks not in `done`,
-    sorted), from one lookup in the chunk ids: each lookup hashes its value set, 1.2M ids four
-    times an update at 1.2M chunks."""
-    probe = pa.chunked_array([a.cast(pa.string()) for a in (*held, done)], pa.string())
-    at = pc.index_in(probe, value_set=chunk_ids)
-    gone, start = [], 0
-    for array in held:
-        part = at.slice(start, len(array))
-        gone.append(sorted(array.filter(pc.is_null(part)).to_pylist()))
-        start += len(array)
-    hit = np.zeros(len(chunk_ids), dtype=bool)
-    hit[at.slice(start).drop_null().to_numpy(zero_copy_only=False)] = True
-    return gone, sorted(chunk_ids.filter(pa.array(~hit)).to_pylist())
 
 
 def where(cfg) -> Where:

@@ -1,0 +1,110 @@
+"""What the extract stage has to do: the chunks to extract (with their texts) and the rows of
+chunks that no longer exist, found one of two ways.
+
+- From the tables: every chunk id against every extraction row (each file's chunk ids, read once),
+  the texts of the chunks to do looked up in the chunks table. Always right; at 1.2M chunks about
+  6 s, most of it the lookup of the texts, which scans every chunk's text.
+- From the log: where the stage's tables are as its last run left them (nothing wrote them since,
+  nor was a run of it interrupted), only the chunks added since then need extracting, and only
+  the rows of chunks deleted since need removing: storage.changes reads the chunk files added
+  since, texts included. Chunks whose extraction failed or was only repaired (status not ok) are
+  retried as on the other path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphwright.storage.changes import changes_since
+from graphwright.storage.patch import delete_matching, distinct_per_file
+
+TABLES = ("mentions", "assertions", "extractions")
+
+
+@dataclass
+class Work:
+    texts: pa.Table  # chunk_id, doc_id, text of the chunks to extract
+    retried: set[str]  # those whose last reply needed repairs (asked once more, the reply trusted)
+    removed: dict[str, int]  # rows deleted per table: of chunks gone, and what earlier attempts left
+    chunks: int  # the chunks table's rows
+    found: str  # "log" or "tables"
+
+
+def from_log(store, key: str, since: int | None) -> Work | None:
+    """The work since the chunks table's version `since` (the stage's last run read it), or None
+    where the log cannot say."""
+    changes = changes_since(store, "chunks", since, "chunk_id", ["chunk_id", "doc_id", "text"])
+    if changes is None:
+        return None
+    added = changes.rows.filter(pc.invert(pc.is_in(changes.rows.column("chunk_id"), value_set=changes.deleted)))
+    # a rewritten file can bring back rows already extracted; unfinished ones are in the table
+    done = _markers(store, key, "status = 'ok'")
+    added = added.filter(pc.invert(pc.is_in(added.column("chunk_id"), value_set=done)))
+    unfinished = _markers(store, key, "status <> 'ok'")
+    again = unfinished.filter(pc.invert(pc.is_in(unfinished, value_set=added.column("chunk_id").combine_chunks())))
+    again = again.filter(pc.invert(pc.is_in(again, value_set=changes.deleted)))
+    columns = ["chunk_id", "doc_id", "text"]
+    texts = added.select(columns)
+    if len(again):
+        texts = pa.concat_tables([texts, store.rows_in("chunks", "chunk_id", again.to_pylist(), columns)], promote_options="permissive")
+    todo = texts.column("chunk_id").combine_chunks()
+    # rows of chunks gone, and what an unfinished chunk's last attempt left (its markers of other
+    # extractors stay); a chunk added since has none: an interrupted run would have moved the tables
+    removed = {name: delete_matching(store, name, "chunk_id", pa.concat_arrays([changes.deleted, again]))
+               for name in ("mentions", "assertions")}
+    removed["extractions"] = delete_matching(store, "extractions", "chunk_id", changes.deleted)
+    if len(again):
+        removed["extractions"] += delete_matching(store, "extractions", "chunk_id", again, where={"extractor": key})
+    retried = set(_markers(store, key, "status = 'partial'").to_pylist()) if len(todo) else set()
+    return Work(texts.sort_by("chunk_id"), retried, removed, store.count("chunks"), "log")
+
+
+def from_tables(store, key: str) -> Work:
+    """The work from every chunk id and every extraction row."""
+    chunk_ids = store.read("chunks", columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    # each file's chunk ids, read once: what the tables hold, and which files a deletion rewrites
+    held = {name: distinct_per_file(store, name, "chunk_id") for name in TABLES}
+    have = {name: pc.unique(pa.chunked_array(list(files.values()), pa.string())) for name, files in held.items()}
+    gone, todo = _against_chunks(chunk_ids, [*have.values()], _markers(store, key, "status = 'ok'"))
+    removed = {name: delete_matching(store, name, "chunk_id", g, known=held[name]) if g else 0 for name, g in zip(have, gone)}
+    # chunks whose last reply needed repairs (llm.py) are asked once more; the second reply is kept
+    retried = set(_markers(store, key, "status = 'partial'").to_pylist()) if todo else set()
+    # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
+    # their new rows can be appended (per-commit deletes and merges scan whole tables)
+    todo_ids = pa.array(todo, pa.string())
+    for name in ("mentions", "assertions"):
+        leftover = _among(have[name], todo_ids)
+        removed[name] += delete_matching(store, name, "chunk_id", leftover) if leftover else 0
+    if unfinished := _among(have["extractions"], todo_ids):
+        store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
+    texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
+    return Work(texts, retried, removed, len(chunk_ids), "tables")
+
+
+def _markers(store, key: str, status: str) -> pa.Array:
+    """The chunk ids of the extractor's markers with that status condition."""
+    return store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND {status}").column("chunk_id").combine_chunks()
+
+
+def _among(values: pa.Array, others: pa.Array) -> list[str]:
+    return sorted(values.filter(pc.is_in(values, value_set=others)).to_pylist())
+
+
+def _against_chunks(chunk_ids: pa.Array, held: list[pa.Array], done: pa.Array) -> tuple[list[list[str]], list[str]]:
+    """(per array of `held`, its ids that are not chunks, sorted; the chunks not in `done`,
+    sorted), from one lookup in the chunk ids: each lookup hashes its value set, 1.2M ids four
+    times an update at 1.2M chunks."""
+    probe = pa.chunked_array([a.cast(pa.string()) for a in (*held, done)], pa.string())
+    at = pc.index_in(probe, value_set=chunk_ids)
+    gone, start = [], 0
+    for array in held:
+        part = at.slice(start, len(array))
+        gone.append(sorted(array.filter(pc.is_null(part)).to_pylist()))
+        start += len(array)
+    hit = np.zeros(len(chunk_ids), dtype=bool)
+    hit[at.slice(start).drop_null().to_numpy(zero_copy_only=False)] = True
+    return gone, sorted(chunk_ids.filter(pa.array(~hit)).to_pylist())
