@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
@@ -59,16 +60,20 @@ class LLMReports:
         fixed = fixed or {}
         planned = [c for c in communities if c["community_id"] not in fixed]
         members = {e for c in planned for e in c["entity_ids"]}  # children's members are their parent's
-        self.ent = {r["entity_id"]: r for r in rows("entities", "entity_id", members, ENTITY_COLUMNS)}
-        self.rel = {r["relationship_id"]: r for r in rows(
-            "relationships", "relationship_id", {r for c in planned for r in c["relationship_ids"]}, RELATIONSHIP_COLUMNS)}
+        ent, rel = _side_by_side(lambda: rows("entities", "entity_id", members, ENTITY_COLUMNS),
+                                 lambda: rows("relationships", "relationship_id", {r for c in planned for r in c["relationship_ids"]},
+                                              RELATIONSHIP_COLUMNS))
+        self.ent = {r["entity_id"]: r for r in ent}
+        self.rel = {r["relationship_id"]: r for r in rel}
+
         def chunk_text(wanted: set[str]) -> dict[str, str]:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
 
         def lineage(entity_ids: set[str], relationship_ids: set[str]) -> Support:  # as Arrow lists, coded once
-            return Support.of(*(store.rows_in(name, key, wanted, [key, "chunk_ids"], version=pins.get(name)) if wanted else None
-                                for name, key, wanted in (("entities", "entity_id", entity_ids),
-                                                          ("relationships", "relationship_id", relationship_ids))))
+            def lists(name: str, key: str, wanted: set[str]) -> Callable:
+                return lambda: store.rows_in(name, key, wanted, [key, "chunk_ids"], version=pins.get(name)) if wanted else None
+            return Support.of(*_side_by_side(lists("entities", "entity_id", entity_ids),
+                                             lists("relationships", "relationship_id", relationship_ids)))
 
         communities = with_chunk_counts(communities, lineage, fixed)  # the plans and fallbacks rate by the count
         self.communities = {c["community_id"]: c for c in communities}
@@ -93,6 +98,16 @@ class LLMReports:
                                  stream, self._fallback, self.config, self.llm)
         finally:
             stream.close()
+
+
+def _side_by_side(first: Callable, second: Callable) -> tuple:
+    """(first(), second()), the first in a thread: the reads of an update's planning scan the
+    entities' and the relationships' files (their chunk lists: 0.8 GB at 1.2M chunks) in
+    DataFusion, without the GIL."""
+    with ThreadPoolExecutor(1, thread_name_prefix="report-rows") as side:
+        started = side.submit(first)
+        other = second()
+        return started.result(), other
 
 
 class _LazyStream:
