@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphwright.util.numeric import distinct_lists, sorted_codes, unique
+from graphwright.util.numeric import distinct_lists, sorted_codes, sorted_dictionary, unique
 
 
 def test_sorted_codes_index_the_sorted_distinct_values():
@@ -25,6 +25,15 @@ def test_sorted_codes_of_random_ids_sort_as_the_ids_do():
 def test_sorted_codes_of_nothing():
     codes, distinct = sorted_codes(pa.array([], pa.string()))
     assert len(codes) == 0 and len(distinct) == 0
+
+
+@pytest.mark.parametrize("n", [0, 1, 20_000])
+def test_sorted_dictionary_codes_as_sorted_codes_does(n):
+    rng = np.random.default_rng(1)
+    ids = pa.array([f"chunk-{v}" for v in rng.integers(0, 3000, n)], pa.string())
+    codes, distinct = sorted_dictionary(ids)
+    want_codes, want_distinct = sorted_codes(ids)
+    assert distinct.equals(want_distinct) and codes.dtype == np.int32 and codes.tolist() == want_codes.tolist()
 
 
 def test_unique_and_distinct_lists():

@@ -75,15 +75,23 @@ def test_embed_reads_the_text_of_new_chunks_only(tmp_path, monkeypatch):
     assert sorted(embedded) == sorted(chunk_ids)
 
 
-def test_extract_skips_a_no_op_and_takes_an_updates_chunks_from_the_log(tmp_path):
+def test_extract_skips_a_no_op_and_takes_an_updates_chunks_from_the_log(tmp_path, monkeypatch):
+    import threading
+
+    from graphwright.stages.extract import todo
+
     src, index, fresh_src, fresh = tmp_path / "src", tmp_path / "index", tmp_path / "fresh-src", tmp_path / "fresh"
     src.mkdir()
     fresh_src.mkdir()
     _index(src, index, DOCS)
     assert _details(index, _index(src, index, DOCS))["extract"].get("skipped")
     docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}
+    deleting, real = [], todo.delete_matching
+    monkeypatch.setattr(todo, "delete_matching", lambda *a, **k: deleting.append(threading.current_thread().name) or real(*a, **k))
     update = _details(index, _index(src, index, docs))["extract"]
+    monkeypatch.undo()
     assert update["work_found_from"] == "log" and update["chunks_extracted"] == 1
+    assert len(deleting) == 3 and all(t.startswith("extract-delete") for t in deleting)  # the three tables side by side
     assert update["removed"]["mentions"] > 0 and update["removed"]["extractions"] == 1  # the rows of d0's chunk
     _index(fresh_src, fresh, docs)
     for name, key in (("mentions", "mention_id"), ("assertions", "assertion_id"), ("extractions", "chunk_id")):
@@ -239,3 +247,61 @@ def test_the_lexical_indexes_are_written_beside_the_vector_indexes(tmp_path, mon
     assert seen and all(in_time for _, in_time in seen)
     manifest = IndexStore(index).read("index_manifest").to_pylist()
     assert manifest  # published, with every file
+
+
+def test_an_updates_community_rows_are_built_a_level_per_thread(tmp_path, monkeypatch):
+    import threading
+
+    from graphwright.stages.cluster.communities import ChunkLists
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    docs = {f"d{i}": f"{text} Part {i}: Gita Rao met Hamid Sayed at Lowmoor." for i, text in enumerate(DOCS.values())}
+    _index(src, index, docs)
+    counted, calls = threading.Barrier(2, timeout=5), []
+    real = ChunkLists.counts
+
+    def counts(self, label, n_groups):  # each level's count waits for another level's
+        try:
+            counted.wait()
+            calls.append(True)
+        except threading.BrokenBarrierError:
+            calls.append(False)
+        return real(self, label, n_groups)
+
+    monkeypatch.setattr(ChunkLists, "counts", counts)
+    config = load_config(overrides={**CONFIG.model_dump(), "cluster": {"max_cluster_size": 2}})  # two levels at least
+    for old in src.glob("*.txt"):
+        old.unlink()
+    for name, text in (docs | {"d9": "Farah Haddad met Alice Moreau in Amberfield and Gita Rao."}).items():
+        (src / f"{name}.txt").write_text(text)
+    summary = run_index([str(src)], index, config, show_progress=False, log=lambda m: None)
+    assert _details(index, summary)["cluster"]["incremental"]
+    assert len(calls) >= 2 and calls[:2] == [True, True]
+
+
+def test_report_planning_reads_entities_and_relationships_side_by_side(tmp_path, monkeypatch):
+    import threading
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    config = load_config(overrides={**CONFIG.model_dump(), "report": {"mode": "llm"},
+                                    "llm": {"engine": "openai", "base_url": "http://127.0.0.1:9/v1"}})
+    from graphwright.stages.report.llm_reports import LLMReports
+
+    started, seen = threading.Event(), []
+    real = IndexStore.rows_in
+
+    def rows_in(self, name, column, values, columns, version=None):
+        if name == "relationships":
+            started.set()
+        elif name == "entities":
+            seen.append(started.wait(5))
+        return real(self, name, column, values, columns, version=version)
+
+    monkeypatch.setattr(IndexStore, "rows_in", rows_in)
+    store = IndexStore(index)
+    communities = store.read("communities").to_pylist()
+    LLMReports(store, config.report, config.llm, communities)  # plans only: nothing is asked
+    assert seen and all(seen)

@@ -70,6 +70,17 @@ def sorted_codes(column) -> tuple[np.ndarray, pa.Array]:
     return codes, array.take(pa.array(first))
 
 
+def sorted_dictionary(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """sorted_codes' answer for values that repeat (chunk ids across chunk lists): hashed once,
+    then only the distinct values sorted (8M ids of 1.2M chunks: 2.3 s, against 5.6 s for
+    sorted_codes' rank and 3.3 s for unique, sort and a lookup of every value). Codes are int32."""
+    encoded = pc.dictionary_encode(values)
+    order = to_numpy(pc.sort_indices(encoded.dictionary), np.int64)
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return rank[to_numpy(encoded.indices, np.int64)], encoded.dictionary.take(pa.array(order))
+
+
 def in_runs(batches: Iterable, size: Callable[[object], int], values: int = RUN_VALUES) -> Iterator[list]:
     """The batches in runs of about `values` values (`size(batch)`). A lookup (pc.index_in,
     pc.is_in) hashes its whole value set on every call: against 1.2M chunk ids that is 0.3 s, so

@@ -175,14 +175,15 @@ def _rows(store, chosen, communities, cids, human, parent, children, members, en
     by_level: dict[int, list[int]] = {}
     for i in chosen:
         by_level.setdefault(communities[i].level, []).append(i)
-    for level, at in sorted(by_level.items()):
+
+    def level_rows(level: int, at: list[int]) -> pa.Table:
         label = np.full(len(entity_ids), -1, dtype=np.int64)
         for k, i in enumerate(at):
             label[communities[i].members] = k
         a, b = label[edges[:, 0]], label[edges[:, 1]]
         inside = np.flatnonzero((a == b) & (a >= 0))
         rel_codes, rel_names = sorted_codes(relationships.column("relationship_id").take(pa.array(inside)))
-        yield pa.table({
+        return pa.table({
             "community_id": pa.array([cids[i] for i in at], pa.string()),
             "human_id": pa.array([human[i] for i in at], pa.int64()),
             "level": pa.array([level] * len(at), pa.int64()),
@@ -194,6 +195,11 @@ def _rows(store, chosen, communities, cids, human, parent, children, members, en
             "size": pa.array([len(members[i]) for i in at], pa.int64()),
             "graph_hash": pa.array([hashed] * len(at), pa.string()),
         }).cast(contracts.schema("communities").arrow)
+
+    # two levels at a time: their sorts (chunk and relationship codes) run in numpy and Arrow
+    # without the GIL; the rows of 4,501 communities took 8.2 s in one thread at 1.2M chunks
+    with ThreadPoolExecutor(2, thread_name_prefix="community-rows") as pool:
+        yield from pool.map(level_rows, *zip(*sorted(by_level.items())))
 
 
 def _entity_batches(store, wanted: list[str]):

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright.util.numeric import to_numpy, unique
+from graphwright.util.numeric import sorted_dictionary, to_numpy, unique
 
 
 @dataclass
@@ -32,10 +32,8 @@ class Support:
         tables = [t if t is not None else pa.table({"id": pa.array([], pa.string()), "chunk_ids": pa.array([], pa.list_(pa.string()))})
                   for t in (entities, relationships)]
         lists = [t.column("chunk_ids").combine_chunks() for t in tables]
-        values = pa.chunked_array([pc.list_flatten(x).cast(pa.string()) for x in lists], pa.string())
-        names = pc.unique(values)
-        names = names.take(pc.sort_indices(names))
-        codes = to_numpy(pc.index_in(values, value_set=names), np.int32) if len(values) else np.zeros(0, np.int32)
+        values = pa.concat_arrays([pc.list_flatten(x).cast(pa.string()) for x in lists])
+        codes, names = sorted_dictionary(values)
         out, start = [], 0
         for table, x in zip(tables, lists):
             ends = start + np.cumsum(to_numpy(pc.fill_null(pc.list_value_length(x), 0), np.int64))
