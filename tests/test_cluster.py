@@ -402,3 +402,28 @@ def test_modularity_is_igraphs():
         labels = rng.integers(0, k, n)
         expected = igraph_graph(n, edges).modularity(labels.tolist(), weights=weights.tolist())
         assert modularity(n, edges, weights, labels) == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_partition_in_another_thread_is_the_one_the_main_thread_gets():
+    """igraph's random generator is per thread: an update runs its fresh top level in a thread,
+    and its communities (so its reports) must not vary from run to run."""
+    import threading
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    edges = rng.integers(0, n, (30_000, 2))
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    weights = rng.random(len(edges))
+    engine = IgraphEngine()
+    want = engine.partition(n, edges, weights, resolution=1.0, seed=7, n_iterations=2)
+    got = [None] * 3
+
+    def part(i):
+        got[i] = engine.partition(n, edges, weights, resolution=1.0, seed=7, n_iterations=2)
+
+    threads = [threading.Thread(target=part, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(g, want) for g in got)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 
@@ -17,6 +18,13 @@ def group_node_weights(n: int, edges: np.ndarray, weights: np.ndarray, groups: n
     strength = np.bincount(edges[:, 0], weights, n) + np.bincount(edges[:, 1], weights, n)
     total = np.bincount(groups, strength)  # 2 m_g
     return strength / np.sqrt(np.where(total > 0, total, 1.0))[groups]
+
+
+# igraph's random generator is per thread, and python-igraph makes it Python's `random` only in
+# the thread that imported igraph: a partition in another thread (an update's fresh top level)
+# drew from igraph's own, unseeded, and an update's communities (and so its reports) varied from
+# run to run. Each partition sets it, and seeds and draws from the shared `random` alone.
+_RANDOM = threading.Lock()
 
 
 class IgraphEngine:
@@ -36,8 +44,6 @@ class IgraphEngine:
         import igraph as ig
 
         graph = igraph_graph(n, edges)
-        # igraph draws from Python's `random`; seeding it makes the partition reproducible
-        random.seed(seed)
         options = {"edge_weights": np.asarray(weights, dtype=np.float64).tolist(), "n_iterations": n_iterations,
                    "initial_membership": None if initial is None else initial.tolist(), "beta": 0.01}
         if strength is not None:
@@ -48,6 +54,9 @@ class IgraphEngine:
             options["node_weights"] = node_weights.tolist()
         # GraphBase's method, not Graph.community_leiden: that wraps the labels in a VertexClustering,
         # 0.2 s of Python per million nodes spent on a max() this engine does not need
-        membership, _ = ig.GraphBase.community_leiden(graph, resolution=resolution,
-                                                      normalize_resolution=groups is None and strength is None, **options)
+        with _RANDOM:  # seeded, and drawn from by this partition alone: reproducible
+            ig.set_random_number_generator(random)
+            random.seed(seed)
+            membership, _ = ig.GraphBase.community_leiden(graph, resolution=resolution,
+                                                          normalize_resolution=groups is None and strength is None, **options)
         return np.asarray(membership, dtype=np.int64)
