@@ -26,7 +26,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
 from graphwright.engines.graph.graphs import modularity
 from graphwright.stages.cluster.hierarchy import hierarchical_leiden, listing
-from graphwright.stages.cluster.incremental import graph_changes, incremental_levels
+from graphwright.stages.cluster.incremental import as_previous, graph_changes, incremental_levels, top_labels
 from graphwright.stages.resolve.pair_cache import stable_hashes
 
 
@@ -66,23 +66,6 @@ def _edit(n: int, edges: np.ndarray, weights: np.ndarray, share: float, rng) -> 
     return grown, np.column_stack([code // grown, code % grown]), w
 
 
-def _previous(communities) -> list:
-    levels, where = [], {}
-    for index, c in enumerate(communities):
-        while len(levels) <= c.level:
-            levels.append([])
-        where[index] = len(levels[c.level])
-        levels[c.level].append((c.members, c.parent, str(index)))
-    return [[(m, None if p is None else where[p], cid) for m, p, cid in level] for level in levels]
-
-
-def _top(communities, n: int) -> np.ndarray:
-    label = np.full(n, -1, dtype=np.int64)
-    for k, c in enumerate(c for c in communities if c.level == 0):
-        label[c.members] = k
-    return label
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--index")
@@ -104,17 +87,17 @@ def main() -> None:
         ids, new_ids = [f"{i:09d}" for i in range(n)], [f"{i:09d}" for i in range(m)]
         touched, *_ = graph_changes(pa.array(ids), edges, weights, new_ids, new_edges, new_weights)
         fresh = hierarchical_leiden(m, new_edges, new_weights, configs["checked"], engine)
-        q_fresh = modularity(m, new_edges, new_weights, _top(fresh, m))
+        q_fresh = modularity(m, new_edges, new_weights, top_labels(fresh, m))
         cells = []
         for name, config in configs.items():
             started = time.perf_counter()
-            levels, stats = incremental_levels(m, new_edges, new_weights, config, engine, _previous(chains[name]), touched,
+            levels, stats = incremental_levels(m, new_edges, new_weights, config, engine, as_previous(chains[name]), touched,
                                                stable_hashes(new_ids))
             seconds = time.perf_counter() - started
             before = {(c.level, tuple(c.members)) for c in chains[name]}
             chains[name] = listing(levels)
             changed = sum((c.level, tuple(c.members)) not in before for c in chains[name])
-            gap = modularity(m, new_edges, new_weights, _top(chains[name], m)) - q_fresh
+            gap = modularity(m, new_edges, new_weights, top_labels(chains[name], m)) - q_fresh
             cells.append(f"{'':>7}  {gap:>+8.5f} {changed:>7,} {seconds:>5.2f}{'*' if stats.get('refreshed') else ' '}")
         print(f"{step:>4} {int(touched.sum()):>8,} {q_fresh:>8.5f} | " + " | ".join(cells), flush=True)
         n, edges, weights = m, new_edges, new_weights

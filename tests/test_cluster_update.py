@@ -12,7 +12,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
 from graphwright.engines.graph.graphs import modularity
 from graphwright.stages.cluster.hierarchy import hierarchical_leiden, listing
-from graphwright.stages.cluster.incremental import graph_changes, graph_sum, incremental_levels
+from graphwright.stages.cluster.incremental import as_previous, graph_changes, graph_sum, incremental_levels, top_labels
 from graphwright.stages.resolve.pair_cache import stable_hashes
 
 CONFIG = ClusterConfig(max_cluster_size=12, seed=3)
@@ -24,24 +24,6 @@ def planted(sizes, p_in, p_out, seed):
     i, j = np.triu_indices(len(labels), 1)
     keep = rng.random(len(i)) < np.where(labels[i] == labels[j], p_in, p_out)
     return len(labels), np.column_stack([i[keep], j[keep]]), rng.uniform(0.5, 2.0, int(keep.sum()))
-
-
-def as_previous(communities):
-    """hierarchical_leiden's list as previous_levels gives a table: per level (members, parent index, id)."""
-    levels, where = [], {}
-    for index, c in enumerate(communities):
-        while len(levels) <= c.level:
-            levels.append([])
-        where[index] = len(levels[c.level])
-        levels[c.level].append((c.members, c.parent, f"c{index}"))
-    return [[(m, None if p is None else where[p], cid) for m, p, cid in level] for level in levels]
-
-
-def top_labels(communities, n):
-    label = np.full(n, -1)
-    for k, c in enumerate(c for c in communities if c.level == 0):
-        label[c.members] = k
-    return label
 
 
 def test_an_update_repartitions_only_the_touched_communities():

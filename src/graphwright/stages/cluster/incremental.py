@@ -189,6 +189,26 @@ def _refreshed(n: int, edges, weights, labels: np.ndarray, config: ClusterConfig
     return better_labels if stats["refreshed"] else labels
 
 
+def as_previous(communities: list) -> list:
+    """hierarchical_leiden's communities in previous_levels' shape (what incremental_levels takes
+    from a communities table): per level, (members, the parent's index in its level, an id)."""
+    levels, where = [], {}
+    for index, c in enumerate(communities):
+        while len(levels) <= c.level:
+            levels.append([])
+        where[index] = len(levels[c.level])
+        levels[c.level].append((c.members, c.parent, f"c{index}"))
+    return [[(m, None if p is None else where[p], cid) for m, p, cid in level] for level in levels]
+
+
+def top_labels(communities: list, n: int) -> np.ndarray:
+    """Per node, the index of its top-level community among hierarchical_leiden's (-1: none)."""
+    label = np.full(n, -1, dtype=np.int64)
+    for k, c in enumerate(c for c in communities if c.level == 0):
+        label[c.members] = k
+    return label
+
+
 def _labels(level: list, n: int) -> np.ndarray:
     """Per node, the index of its community in a previous level's list (-1: in none)."""
     label = np.full(n, -1, dtype=np.int64)

@@ -24,7 +24,9 @@ from graphwright.storage.patch import read_data_file
 
 FORMAT = 1
 STATE = "state/extract/rebuild-calls.arrow"
-COLUMNS = ["item_id", "key", "run_id", "prompt_tokens", "completion_tokens"]
+SCHEMA = pa.schema([("item_id", pa.string()), ("key", pa.string()), ("run_id", pa.string()),
+                    ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())])
+COLUMNS = SCHEMA.names
 COUNTED = "stage = 'extract' AND status = 'ok'"
 
 
@@ -68,7 +70,7 @@ def _appended_since(store, since: int) -> pa.Table | None:
     now = store.version("llm_calls")
     if now is None or since > now:
         return None
-    parts = [_empty()]
+    parts = [SCHEMA.empty_table()]
     for version in range(since + 1, now + 1):
         commit = commit_actions(store, "llm_calls", version)
         if commit is None or (commit.removed and (commit.added or not commit.moved)):
@@ -76,13 +78,8 @@ def _appended_since(store, since: int) -> pa.Table | None:
         for path in commit.added:
             rows = read_data_file(store, "llm_calls", path, [*COLUMNS, "stage", "status"])
             counted = pc.and_(pc.equal(rows.column("stage"), "extract"), pc.equal(rows.column("status"), "ok"))
-            parts.append(rows.filter(pc.fill_null(counted, False)).select(COLUMNS).cast(_empty().schema))
+            parts.append(rows.filter(pc.fill_null(counted, False)).select(COLUMNS).cast(SCHEMA))
     return pa.concat_tables(parts)
-
-
-def _empty() -> pa.Table:
-    return pa.schema([("item_id", pa.string()), ("key", pa.string()), ("run_id", pa.string()),
-                      ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())]).empty_table()
 
 
 def _load(store) -> tuple[pa.Table | None, int | None]:
@@ -94,12 +91,12 @@ def _load(store) -> tuple[pa.Table | None, int | None]:
     meta = json.loads((table.schema.metadata or {}).get(b"graphwright", b"{}"))
     if meta.get("format") != FORMAT or meta.get("llm_calls") is None:
         return None, None
-    return table.cast(_empty().schema.with_metadata(None)), meta["llm_calls"]
+    return table.cast(SCHEMA), meta["llm_calls"]
 
 
 def _save(store, calls: pa.Table) -> None:
     meta = {"format": FORMAT, "llm_calls": store.version("llm_calls")}
-    table = calls.select(COLUMNS).cast(_empty().schema).replace_schema_metadata({"graphwright": json.dumps(meta)})
+    table = calls.select(COLUMNS).cast(SCHEMA).replace_schema_metadata({"graphwright": json.dumps(meta)})
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
