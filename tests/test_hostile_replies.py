@@ -150,6 +150,7 @@ def test_a_repaired_reply_is_used_then_asked_once_more_and_the_second_is_trusted
         assert len(partial) == 1 and json.loads(partial[0]["notes"]) == {"not_in_chunk": 1}
         assert "Zorblax Quux" not in {e["name"] for e in store.read("entities").to_pylist()}  # never in the graph
         asked = len(server.requests)
+        server.fault("Tobias Reed", "invent")  # the second reply needs repairs too: it is trusted as it is
         run([tmp_path / "corpus"], tmp_path / "index", cfg)  # that chunk is asked once more, the rest come from nowhere
         extraction_asks = [r for r in server.requests[asked:] if r["messages"][0]["content"].startswith("You extract")]
         assert len(extraction_asks) == 1

@@ -36,6 +36,11 @@ def test_sorted_dictionary_codes_as_sorted_codes_does(n):
     assert distinct.equals(want_distinct) and codes.dtype == np.int32 and codes.tolist() == want_codes.tolist()
 
 
+def test_sorted_dictionary_codes_a_null_as_a_value_sorted_last():
+    codes, distinct = sorted_dictionary(pa.array(["b", None, "a", "b"], pa.string()))
+    assert distinct.to_pylist() == ["a", "b", None] and codes.tolist() == [1, 2, 0, 1]
+
+
 def test_unique_and_distinct_lists():
     assert unique(np.array([3, 1, 3, 2, 1])).tolist() == [1, 2, 3]
     values = pa.array(["a", "b", "c"])

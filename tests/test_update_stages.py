@@ -4,6 +4,7 @@ counts rows from the Delta log."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from _helpers import run_stage_details as _details
@@ -85,6 +86,11 @@ def test_extract_skips_a_no_op_and_takes_an_updates_chunks_from_the_log(tmp_path
     fresh_src.mkdir()
     _index(src, index, DOCS)
     assert _details(index, _index(src, index, DOCS))["extract"].get("skipped")
+    # its note's result names no table: a compaction rebases what is under a table's name
+    from graphwright.storage import contracts
+
+    note = json.loads((index / "state" / "extract.json").read_text())
+    assert note["result"]["n_chunks"] == 5 and not set(note["result"]) & set(contracts.all_schemas())
     docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}
     deleting, real = [], todo.delete_matching
     monkeypatch.setattr(todo, "delete_matching", lambda *a, **k: deleting.append(threading.current_thread().name) or real(*a, **k))
@@ -305,3 +311,39 @@ def test_report_planning_reads_entities_and_relationships_side_by_side(tmp_path,
     communities = store.read("communities").to_pylist()
     LLMReports(store, config.report, config.llm, communities)  # plans only: nothing is asked
     assert seen and all(seen)
+
+
+def test_extract_from_the_log_retries_an_unfinished_chunk_its_document_brought_back(tmp_path, monkeypatch):
+    """An edited document's unchanged chunks keep their ids and are written again; one whose
+    extraction had failed is extracted again, its old marker and rows gone (not doubled)."""
+    from _helpers import make_extraction_fail
+
+    config = load_config(overrides={**CONFIG.model_dump(), "chunk": {"size_tokens": 16, "overlap_tokens": 0},
+                                    "extract": {"max_failed_fraction": 1.0}})
+    text = ("Alice Moreau met Bruno Keller in Port Elling. " * 3 + "Hollis Wren wrote to Chidi Okafor from Kestrel Island. "
+            + "Emil Novak sailed to Amberfield with Farah Haddad. " * 3)
+
+    def index(src: Path, where: Path, docs: dict[str, str]) -> dict:
+        for old in src.glob("*.txt"):
+            old.unlink()
+        for name, body in docs.items():
+            (src / f"{name}.txt").write_text(body)
+        return run_index([str(src)], where, config, show_progress=False, log=lambda m: None)
+
+    src, idx, fresh_src, fresh = tmp_path / "src", tmp_path / "index", tmp_path / "fresh-src", tmp_path / "fresh"
+    src.mkdir()
+    fresh_src.mkdir()
+    make_extraction_fail(monkeypatch, "Hollis Wren", "extractor fell over")
+    first = index(src, idx, {"d0": text, "d1": "Gita Rao met Hamid Sayed at Lowmoor."})
+    assert first["chunks_failed"] == 1
+    monkeypatch.undo()
+    docs = {"d0": text + "Gita Rao visited Lowmoor in spring.", "d1": "Gita Rao met Hamid Sayed at Lowmoor."}
+    update = _details(idx, index(src, idx, docs))["extract"]
+    assert update["work_found_from"] == "log" and update["chunks_failed"] == 0
+    index(fresh_src, fresh, docs)
+    store = IndexStore(idx)
+    markers = store.read("extractions", columns=["chunk_id", "status"]).to_pylist()
+    assert {m["status"] for m in markers} == {"ok"} and len(markers) == len({m["chunk_id"] for m in markers})
+    for name, key in (("mentions", "mention_id"), ("assertions", "assertion_id"), ("extractions", "chunk_id")):
+        got, want = (sorted(IndexStore(i).read(name, columns=[key]).column(key).to_pylist()) for i in (idx, fresh))
+        assert got == want, name

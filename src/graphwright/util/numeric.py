@@ -74,7 +74,7 @@ def sorted_dictionary(values: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """sorted_codes' answer for values that repeat (chunk ids across chunk lists): hashed once,
     then only the distinct values sorted (8M ids of 1.2M chunks: 2.3 s, against 5.6 s for
     sorted_codes' rank and 3.3 s for unique, sort and a lookup of every value). Codes are int32."""
-    encoded = pc.dictionary_encode(values)
+    encoded = pc.dictionary_encode(values, null_encoding="encode")  # a null, if any, is a value (sorted last)
     order = to_numpy(pc.sort_indices(encoded.dictionary), np.int64)
     rank = np.empty(len(order), np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)

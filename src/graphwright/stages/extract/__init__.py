@@ -26,12 +26,14 @@ def execute(run, m: dict) -> dict:
     key = extractor_key(cfg.extract, cfg.llm)
     memo = StageMemo(store, "extract", ("chunks",), TABLES, key)
     last = memo.unchanged()
-    if last and not last.get("unfinished"):  # no chunk added or removed, none left to retry
-        m.update(rows_in=0, rows_out=0, skipped=True, extractor=key, chunks_extracted=0, chunks_reused=last["chunks"],
-                 chunks_failed=0, work_unit="chunks", work_done=0, work_total=last["chunks"])
+    # no chunk added or removed, none left to retry (the count is not under a table's name: a
+    # compaction's rebase_notes moves the values of those that equal the table's old version)
+    if last and "n_chunks" in last and not last.get("unfinished"):
+        m.update(rows_in=0, rows_out=0, skipped=True, extractor=key, chunks_extracted=0, chunks_reused=last["n_chunks"],
+                 chunks_failed=0, work_unit="chunks", work_done=0, work_total=last["n_chunks"])
         if cfg.extract.engine == "llm":
             run.llm_totals["full_rebuild_tokens"] = last["full_rebuild_tokens"]
-        return {"chunks_extracted": 0, "chunks_failed": 0, "chunks_reused": last["chunks"], "extractor": key}
+        return {"chunks_extracted": 0, "chunks_failed": 0, "chunks_reused": last["n_chunks"], "extractor": key}
     since = memo.last_reads() if memo.writes_unmoved() else None
     work = (from_log(store, key, since["chunks"]) if since else None) or from_tables(store, key)
     texts, retried, removed = work.texts, work.retried, work.removed
@@ -73,7 +75,7 @@ def execute(run, m: dict) -> dict:
             + ". They are recorded in the extractions table and retried by the next run; nothing was published"
         )
     unfinished = store.count("extractions", where=f"extractor = '{key}' AND status <> 'ok'")
-    memo.record({"chunks": work.chunks, "full_rebuild_tokens": rebuild, "unfinished": unfinished})
+    memo.record({"n_chunks": work.chunks, "full_rebuild_tokens": rebuild, "unfinished": unfinished})
     return {"chunks_extracted": extracted, "chunks_failed": failed, "chunks_reused": work.chunks - todo, "extractor": key}
 
 

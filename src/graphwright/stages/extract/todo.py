@@ -42,27 +42,30 @@ def from_log(store, key: str, since: int | None) -> Work | None:
     if changes is None:
         return None
     added = changes.rows.filter(pc.invert(pc.is_in(changes.rows.column("chunk_id"), value_set=changes.deleted)))
-    # a rewritten file can bring back rows already extracted; unfinished ones are in the table
-    done = _markers(store, key, "status = 'ok'")
-    added = added.filter(pc.invert(pc.is_in(added.column("chunk_id"), value_set=done)))
+    # a rewritten file brings back rows already extracted (an edited document's unchanged chunks
+    # keep their ids): those are done; unfinished ones (status not ok) are done again
+    added = added.filter(pc.invert(pc.is_in(added.column("chunk_id"), value_set=_markers(store, key, "status = 'ok'"))))
     unfinished = _markers(store, key, "status <> 'ok'")
-    again = unfinished.filter(pc.invert(pc.is_in(unfinished, value_set=added.column("chunk_id").combine_chunks())))
-    again = again.filter(pc.invert(pc.is_in(again, value_set=changes.deleted)))
+    redo = unfinished.filter(pc.invert(pc.is_in(unfinished, value_set=changes.deleted)))
     columns = ["chunk_id", "doc_id", "text"]
     texts = added.select(columns)
-    if len(again):
-        texts = pa.concat_tables([texts, store.rows_in("chunks", "chunk_id", again.to_pylist(), columns)], promote_options="permissive")
+    unread = redo.filter(pc.invert(pc.is_in(redo, value_set=added.column("chunk_id").combine_chunks())))
+    if len(unread):
+        texts = pa.concat_tables([texts, store.rows_in("chunks", "chunk_id", unread.to_pylist(), columns)], promote_options="permissive")
     todo = texts.column("chunk_id").combine_chunks()
+    # chunks whose last reply needed repairs are asked once more, the reply trusted: read before
+    # their markers go
+    retried = set(_markers(store, key, "status = 'partial'").to_pylist()) if len(todo) else set()
+
     # rows of chunks gone, and what an unfinished chunk's last attempt left (its markers of other
-    # extractors stay); a chunk added since has none: an interrupted run would have moved the tables
+    # extractors stay); any other chunk to do has none: an interrupted run would have moved the tables
     def delete(name: str) -> int:
-        return delete_matching(store, name, "chunk_id", changes.deleted if name == "extractions" else pa.concat_arrays([changes.deleted, again]))
+        return delete_matching(store, name, "chunk_id", changes.deleted if name == "extractions" else pa.concat_arrays([changes.deleted, redo]))
 
     with ThreadPoolExecutor(2, thread_name_prefix="extract-delete") as pool:  # each reads every file's chunk ids, in Arrow
         removed = dict(zip(TABLES, pool.map(delete, TABLES)))
-    if len(again):
-        removed["extractions"] += delete_matching(store, "extractions", "chunk_id", again, where={"extractor": key})
-    retried = set(_markers(store, key, "status = 'partial'").to_pylist()) if len(todo) else set()
+    if len(redo):
+        removed["extractions"] += delete_matching(store, "extractions", "chunk_id", redo, where={"extractor": key})
     return Work(texts.sort_by("chunk_id"), retried, removed, store.count("chunks"), "log")
 
 
