@@ -19,12 +19,12 @@ DOCS = {f"d{i}": f"Alice Moreau met Bruno Keller in Port Elling. Doc {i}: Chidi 
         for i in range(5)}
 
 
-def _index(src: Path, index: Path, docs: dict[str, str]) -> dict:
+def _index(src: Path, index: Path, docs: dict[str, str], config=CONFIG) -> dict:
     for old in src.glob("*.txt"):
         old.unlink()
     for name, text in docs.items():
         (src / f"{name}.txt").write_text(text)
-    return run_index([str(src)], index, CONFIG, show_progress=False, log=lambda m: None)
+    return run_index([str(src)], index, config, show_progress=False, log=lambda m: None)
 
 
 def test_stages_skip_when_nothing_they_read_moved_and_run_when_it_did(tmp_path):
@@ -323,24 +323,17 @@ def test_extract_from_the_log_retries_an_unfinished_chunk_its_document_brought_b
     text = ("Alice Moreau met Bruno Keller in Port Elling. " * 3 + "Hollis Wren wrote to Chidi Okafor from Kestrel Island. "
             + "Emil Novak sailed to Amberfield with Farah Haddad. " * 3)
 
-    def index(src: Path, where: Path, docs: dict[str, str]) -> dict:
-        for old in src.glob("*.txt"):
-            old.unlink()
-        for name, body in docs.items():
-            (src / f"{name}.txt").write_text(body)
-        return run_index([str(src)], where, config, show_progress=False, log=lambda m: None)
-
     src, idx, fresh_src, fresh = tmp_path / "src", tmp_path / "index", tmp_path / "fresh-src", tmp_path / "fresh"
     src.mkdir()
     fresh_src.mkdir()
     make_extraction_fail(monkeypatch, "Hollis Wren", "extractor fell over")
-    first = index(src, idx, {"d0": text, "d1": "Gita Rao met Hamid Sayed at Lowmoor."})
+    first = _index(src, idx, {"d0": text, "d1": "Gita Rao met Hamid Sayed at Lowmoor."}, config)
     assert first["chunks_failed"] == 1
     monkeypatch.undo()
     docs = {"d0": text + "Gita Rao visited Lowmoor in spring.", "d1": "Gita Rao met Hamid Sayed at Lowmoor."}
-    update = _details(idx, index(src, idx, docs))["extract"]
+    update = _details(idx, _index(src, idx, docs, config))["extract"]
     assert update["work_found_from"] == "log" and update["chunks_failed"] == 0
-    index(fresh_src, fresh, docs)
+    _index(fresh_src, fresh, docs, config)
     store = IndexStore(idx)
     markers = store.read("extractions", columns=["chunk_id", "status"]).to_pylist()
     assert {m["status"] for m in markers} == {"ok"} and len(markers) == len({m["chunk_id"] for m in markers})
