@@ -5,7 +5,6 @@ passage graph (passage_graph). Returned by manifest key, pinned by the manifest.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from graphwright.stages.embed.lexical import write_lexical_indexes
 from graphwright.stages.embed.passage_graph import MANIFEST_KEY as GRAPH_KEY
@@ -15,6 +14,7 @@ from graphwright.stages.embed.synonyms import MANIFEST_KEY as SYNONYMS_KEY
 from graphwright.stages.embed.synonyms import NAME_KIND, write_synonyms
 from graphwright.stages.embed.vector_files import write_vector_index
 from graphwright.storage import manifest
+from graphwright.util.threads import side_by_side
 
 
 def write_index_files(store, cfg, model: str, kinds, seconds: dict) -> tuple[dict[str, str], dict[str, str]]:
@@ -31,16 +31,16 @@ def write_index_files(store, cfg, model: str, kinds, seconds: dict) -> tuple[dic
             files[kind], written = write_vector_index(store, kind, model, cfg)
             digests.update(written)
 
-    def lexical_then(wanted):
+    def lexical_then_vectors():
         out = _timed(seconds, "lexical_s", write_lexical_indexes, store, cfg, seconds.setdefault("lexical", {}))
-        vectors(wanted)
+        vectors([k for k in kinds if k != NAME_KIND])
         return out
 
-    with ThreadPoolExecutor(1, thread_name_prefix="index-files") as side:
-        lexical = side.submit(lexical_then, [k for k in kinds if k != NAME_KIND])
+    def names_then_graph():
         vectors([k for k in kinds if k == NAME_KIND])
-        graph = _graph_files(store, cfg, model, files.get(NAME_KIND), seconds) if cfg.search_index.passage_graph else {}
-        out = lexical.result()
+        return _graph_files(store, cfg, model, files.get(NAME_KIND), seconds) if cfg.search_index.passage_graph else {}
+
+    out, graph = side_by_side(lexical_then_vectors, names_then_graph, "index-files")
     return {k: files[k] for k in kinds} | out | graph, digests
 
 

@@ -44,9 +44,10 @@ def from_log(store, key: str, since: int | None) -> Work | None:
     added = changes.rows.filter(pc.invert(pc.is_in(changes.rows.column("chunk_id"), value_set=changes.deleted)))
     # a rewritten file brings back rows already extracted (an edited document's unchanged chunks
     # keep their ids): those are done; unfinished ones (status not ok) are done again
-    added = added.filter(pc.invert(pc.is_in(added.column("chunk_id"), value_set=_markers(store, key, "status = 'ok'"))))
-    unfinished = _markers(store, key, "status <> 'ok'")
-    redo = unfinished.filter(pc.invert(pc.is_in(unfinished, value_set=changes.deleted)))
+    added = added.filter(pc.invert(pc.is_in(added.column("chunk_id"), value_set=_done(store, key))))
+    unfinished = _unfinished(store, key)
+    ids = unfinished.column("chunk_id").combine_chunks()
+    redo = ids.filter(pc.invert(pc.is_in(ids, value_set=changes.deleted)))
     columns = ["chunk_id", "doc_id", "text"]
     texts = added.select(columns)
     unread = redo.filter(pc.invert(pc.is_in(redo, value_set=added.column("chunk_id").combine_chunks())))
@@ -55,7 +56,7 @@ def from_log(store, key: str, since: int | None) -> Work | None:
     todo = texts.column("chunk_id").combine_chunks()
     # chunks whose last reply needed repairs are asked once more, the reply trusted: read before
     # their markers go
-    retried = set(_markers(store, key, "status = 'partial'").to_pylist()) if len(todo) else set()
+    retried = _repaired(unfinished) if len(todo) else set()
 
     # rows of chunks gone, and what an unfinished chunk's last attempt left (its markers of other
     # extractors stay); any other chunk to do has none: an interrupted run would have moved the tables
@@ -75,10 +76,10 @@ def from_tables(store, key: str) -> Work:
     # each file's chunk ids, read once: what the tables hold, and which files a deletion rewrites
     held = {name: distinct_per_file(store, name, "chunk_id") for name in TABLES}
     have = {name: pc.unique(pa.chunked_array(list(files.values()), pa.string())) for name, files in held.items()}
-    gone, todo = _against_chunks(chunk_ids, [*have.values()], _markers(store, key, "status = 'ok'"))
+    gone, todo = _against_chunks(chunk_ids, [*have.values()], _done(store, key))
     removed = {name: delete_matching(store, name, "chunk_id", g, known=held[name]) if g else 0 for name, g in zip(have, gone)}
     # chunks whose last reply needed repairs (llm.py) are asked once more; the second reply is kept
-    retried = set(_markers(store, key, "status = 'partial'").to_pylist()) if todo else set()
+    retried = _repaired(_unfinished(store, key)) if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
     # their new rows can be appended (per-commit deletes and merges scan whole tables)
     todo_ids = pa.array(todo, pa.string())
@@ -91,9 +92,19 @@ def from_tables(store, key: str) -> Work:
     return Work(texts, retried, removed, len(chunk_ids), "tables")
 
 
-def _markers(store, key: str, status: str) -> pa.Array:
-    """The chunk ids of the extractor's markers with that status condition."""
-    return store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND {status}").column("chunk_id").combine_chunks()
+def _done(store, key: str) -> pa.Array:
+    """The chunk ids of the extractor's markers of status ok."""
+    return store.read("extractions", columns=["chunk_id"], where=f"extractor = '{key}' AND status = 'ok'").column("chunk_id").combine_chunks()
+
+
+def _unfinished(store, key: str) -> pa.Table:
+    """The extractor's other markers (failed, or partial: a reply that needed repairs): chunk_id, status."""
+    return store.read("extractions", columns=["chunk_id", "status"], where=f"extractor = '{key}' AND status <> 'ok'").combine_chunks()
+
+
+def _repaired(unfinished: pa.Table) -> set[str]:
+    """The chunks whose last reply needed repairs: asked once more, the reply trusted (llm.py)."""
+    return set(unfinished.filter(pc.equal(unfinished.column("status"), "partial")).column("chunk_id").to_pylist())
 
 
 def _among(values: pa.Array, others: pa.Array) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
@@ -20,6 +19,7 @@ from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.stages.report.support import Support
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
+from graphwright.util.threads import side_by_side
 
 # without their chunk lists, which only the communities that take text units read (lineage)
 ENTITY_COLUMNS = ["entity_id", "name", "type", "description", "degree", "mention_count"]
@@ -60,9 +60,9 @@ class LLMReports:
         fixed = fixed or {}
         planned = [c for c in communities if c["community_id"] not in fixed]
         members = {e for c in planned for e in c["entity_ids"]}  # children's members are their parent's
-        ent, rel = _side_by_side(lambda: rows("entities", "entity_id", members, ENTITY_COLUMNS),
+        ent, rel = side_by_side(lambda: rows("entities", "entity_id", members, ENTITY_COLUMNS),
                                  lambda: rows("relationships", "relationship_id", {r for c in planned for r in c["relationship_ids"]},
-                                              RELATIONSHIP_COLUMNS))
+                                              RELATIONSHIP_COLUMNS), "report-rows")
         self.ent = {r["entity_id"]: r for r in ent}
         self.rel = {r["relationship_id"]: r for r in rel}
 
@@ -72,8 +72,9 @@ class LLMReports:
         def lineage(entity_ids: set[str], relationship_ids: set[str]) -> Support:  # as Arrow lists, coded once
             def lists(name: str, key: str, wanted: set[str]) -> Callable:
                 return lambda: store.rows_in(name, key, wanted, [key, "chunk_ids"], version=pins.get(name)) if wanted else None
-            return Support.of(*_side_by_side(lists("entities", "entity_id", entity_ids),
-                                             lists("relationships", "relationship_id", relationship_ids)))
+            # the entities' and the relationships' chunk lists (0.8 GB at 1.2M chunks), scanned in DataFusion
+            return Support.of(*side_by_side(lists("entities", "entity_id", entity_ids),
+                                            lists("relationships", "relationship_id", relationship_ids), "report-lineage"))
 
         communities = with_chunk_counts(communities, lineage, fixed)  # the plans and fallbacks rate by the count
         self.communities = {c["community_id"]: c for c in communities}
@@ -98,16 +99,6 @@ class LLMReports:
                                  stream, self._fallback, self.config, self.llm)
         finally:
             stream.close()
-
-
-def _side_by_side(first: Callable, second: Callable) -> tuple:
-    """(first(), second()), the first in a thread: the reads of an update's planning scan the
-    entities' and the relationships' files (their chunk lists: 0.8 GB at 1.2M chunks) in
-    DataFusion, without the GIL."""
-    with ThreadPoolExecutor(1, thread_name_prefix="report-rows") as side:
-        started = side.submit(first)
-        other = second()
-        return started.result(), other
 
 
 class _LazyStream:

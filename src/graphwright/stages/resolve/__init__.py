@@ -4,14 +4,13 @@ summarized by the LLM when resolve.summarize is on. Each table is replaced only 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pyarrow as pa
 
 from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.extract.extractors import extractor_key
 from graphwright.stages.resolve.incremental import resolve_update
 from graphwright.storage.patch import patch_changed, patch_table
+from graphwright.util.threads import side_by_side
 
 
 def execute(run, m: dict) -> dict:
@@ -32,11 +31,12 @@ def execute(run, m: dict) -> dict:
     elif update.patch:  # only the rows the update touched are written, into new files
         # the entities' patch (reading and rewriting the files of their chunk lists, mostly in
         # Arrow, without the GIL) beside the relationships': resolve 36.4 -> 33.6 s in a 0.1% update at 1.2M
-        with ThreadPoolExecutor(1, thread_name_prefix="patch-entities") as pool:
-            patched = pool.submit(patch_table, store, "entities", update.removed_entities, [entities])
-            diffs = {"relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts()),
-                     "entity_aliases": patch_changed(store, "entity_aliases", update.aliases)}
-            diffs["entities"] = patched.result()
+        patched, diffs = side_by_side(
+            lambda: patch_table(store, "entities", update.removed_entities, [entities]),
+            lambda: {"relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts()),
+                     "entity_aliases": patch_changed(store, "entity_aliases", update.aliases)},
+            "patch-entities")
+        diffs["entities"] = patched
     else:
         diffs = {"entities": store.replace_if_changed("entities", entities),
                  "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
