@@ -1,6 +1,7 @@
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from _helpers import assertions_table, mentions_table
 
@@ -172,3 +173,28 @@ def test_group_sums_equal_a_sort_of_every_pair_without_numpys_unique(monkeypatch
         got = codes.group_sums(group, code, weights, width)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_dictionary_sorts_as_python_sorts_its_strings(monkeypatch):
+    """Dictionary.sort orders its values as Python's `sorted` does (code points, non-ASCII and
+    NUL included: Arrow sorts UTF-8 bytes) and recodes each code to its sorted position, without
+    numpy's sort of Python objects (2.3 s on 1.2M chunk ids)."""
+    from graphwright.stages.resolve.codes import Dictionary
+
+    rng = random.Random(5)
+    alphabet = ["a", "b", "Z", "é", "ä", "\u00e9a", "\U0001F600", "\x00", " ", "ß", "日"]
+    values = list({"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 4))) for _ in range(400)})
+    d = Dictionary()
+    codes = d.codes(pa.array(values, pa.string()))
+    real_argsort = np.argsort
+
+    def argsort(a, *args, **kwargs):
+        if getattr(a, "dtype", None) == object:
+            raise AssertionError("numpy sort of Python strings")
+        return real_argsort(a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "argsort", argsort)
+    names, position = d.sort()
+    assert names.to_pylist() == sorted(values)
+    assert [names[int(p)].as_py() for p in position[codes]] == values
+    assert Dictionary().sort()[0].to_pylist() == []

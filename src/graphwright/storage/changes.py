@@ -7,8 +7,11 @@ holds new or changed rows (and maybe unchanged rows rewritten with them: a DELET
 file added with dataChange false holds rows copied unchanged from files the same commit removed
 (a patch's kept rows, a compaction); a Delta streaming reader skips those too, and so does this,
 beyond their key column. A key is deleted by a commit that removed a file holding it and added
-none holding it. Where the log cannot say (a commit file cleaned up, a data file vacuumed, a
-deletion vector), `changes_since` answers None and the caller reads the table whole."""
+none holding it. A patch (storage.patch) names the keys it deleted in its commitInfo; for such a
+commit the key columns of the files it removed and moved are not read (at 1.2M chunks a 0.1%
+update's relationships patch moves 2.26M keys: 1.9 s a reader). Where the log cannot say (a
+commit file cleaned up, a data file vacuumed, a deletion vector), `changes_since` answers None
+and the caller reads the table whole."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.storage import contracts
-from graphwright.storage.patch import read_data_file
+from graphwright.storage.patch import DELETED_KEYS, read_data_file
 
 
 @dataclass
@@ -38,6 +41,7 @@ class _Commit:
     added: list[str]  # dataChange true
     moved: list[str]  # dataChange false
     removed: list[str]
+    deleted: dict | None = None  # {"key": column, "values": [...]}: the keys the commit deleted, as it names them
 
 
 def commit_actions(store, name: str, version: int) -> _Commit | None:
@@ -54,6 +58,9 @@ def commit_actions(store, name: str, version: int) -> _Commit | None:
         if not line.strip():
             continue
         action = json.loads(line)
+        named = action.get("commitInfo", {}).get(DELETED_KEYS)
+        if isinstance(named, dict) and isinstance(named.get("values"), list):
+            commit.deleted = named
         for kind in ("add", "remove"):
             if kind in action:
                 entry = action[kind]
@@ -89,13 +96,17 @@ def changes_since(store, name: str, since: int | None, key: str, columns: list[s
         # decides; a key a commit only moved is decided by an older one (or unchanged since)
         for commit in reversed(commits):
             rows = [read_data_file(store, name, path, columns) for path in commit.added]
-            moved = [read_data_file(store, name, p, [key]).column(key) for p in commit.moved]
-            gone = [read_data_file(store, name, p, [key]).column(key) for p in commit.removed]
             files_read += len(rows)
-            keys_read += len(moved) + len(gone)
             added = _keys([r.column(key) for r in rows])
-            gone = _keys(gone)
-            gone = gone.filter(pc.invert(pc.is_in(gone, value_set=pa.concat_arrays([added, _keys(moved)]))))
+            if commit.deleted is not None and commit.deleted.get("key") == key:
+                gone = pa.array(commit.deleted["values"], pa.string())
+                gone = gone.filter(pc.invert(pc.is_in(gone, value_set=added)))
+            else:
+                moved = [read_data_file(store, name, p, [key]).column(key) for p in commit.moved]
+                gone = [read_data_file(store, name, p, [key]).column(key) for p in commit.removed]
+                keys_read += len(moved) + len(gone)
+                gone = _keys(gone)
+                gone = gone.filter(pc.invert(pc.is_in(gone, value_set=pa.concat_arrays([added, _keys(moved)]))))
             for table in rows:
                 rows_parts.append(table.filter(pc.invert(pc.is_in(table.column(key), value_set=seen))))
             deleted_parts.append(gone.filter(pc.invert(pc.is_in(gone, value_set=seen))))

@@ -56,11 +56,14 @@ class Dictionary:
         return np.asarray(local, dtype=np.int64)[to_numpy(encoded.indices, np.int64)] if len(column) else np.empty(0, np.int64)
 
     def sort(self) -> tuple[pa.Array, np.ndarray]:
-        """(the values in sorted order, the sorted position of each code): recoded, codes sort as the values do."""
-        order = np.argsort(np.array(self.values, dtype=object), kind="stable") if self.values else np.empty(0, np.int64)
+        """(the values in sorted order, the sorted position of each code): recoded, codes sort as the values do.
+        Arrow sorts UTF-8 bytes, whose order is the code points' (Python's): 0.5 s for the 1.2M
+        chunk ids of 1.2M chunks, against 2.3 s for numpy's sort of Python strings."""
+        values = pa.array(self.values, pa.string())
+        order = to_numpy(pc.sort_indices(values), np.int64)
         position = np.empty(len(order), dtype=np.int32)
         position[order] = np.arange(len(order), dtype=np.int32)
-        return pa.array([self.values[i] for i in order.tolist()], pa.string()), position
+        return values.take(order), position
 
 
 def read_codes(scan: Scan, coded: dict[str, Dictionary], number: str) -> dict[str, np.ndarray]:
