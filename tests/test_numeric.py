@@ -57,3 +57,20 @@ def test_unique_inverse_is_numpys(values):
     got, got_inverse = unique_inverse(values)
     assert np.array_equal(got, expected) and np.array_equal(got_inverse, inverse.reshape(-1))
     assert np.array_equal(got[got_inverse], values)
+
+
+def test_distinct_codes_are_the_sorted_distinct_values_found_without_a_sort(monkeypatch):
+    """Codes into a dictionary lie in [0, size): their distinct values come from a mask (resolve
+    asks for those of 20M chunk codes and 9.6M name codes each run, 0.9 s and 0.4 s sorted)."""
+    from graphwright.util.numeric import distinct_codes, unique
+
+    rng = np.random.default_rng(7)
+    cases = [(rng.integers(0, size, n).astype(np.int32), size) for n, size in ((0, 0), (0, 5), (1, 1), (1_000, 50), (5_000, 100_000))]
+    expected = [unique(codes) for codes, _ in cases]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("sorted")
+
+    monkeypatch.setattr(np, "sort", refused)
+    for (codes, size), want in zip(cases, expected):
+        np.testing.assert_array_equal(distinct_codes(codes, size), want)

@@ -18,6 +18,14 @@ def unique(values: np.ndarray) -> np.ndarray:
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
 
 
+def distinct_codes(codes: np.ndarray, size: int) -> np.ndarray:
+    """unique() of codes that lie in [0, size) (a dictionary's): marked in a mask, not sorted.
+    0.07 s against 0.9 s for 20M chunk codes of 1.2M chunks."""
+    seen = np.zeros(size, dtype=bool)
+    seen[np.asarray(codes).reshape(-1)] = True
+    return np.flatnonzero(seen)
+
+
 def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(values, return_inverse=True): the sorted distinct values, and each value's index
     among them. Arrow hashes the values and numpy sorts only the distinct ones: 1.1-1.4 s on 12M

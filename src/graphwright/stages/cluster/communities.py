@@ -68,7 +68,8 @@ def cluster(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, 
 class ChunkLists:
     """The chunks each entity is mentioned in, as codes (the lists as strings are 2.3 GB at 1.2M
     chunks): per list item, the entity's position among the sorted entity ids and the chunk's
-    code; `names`, the chunk ids by code, sorted, so that codes sort as the ids do."""
+    code; `names`, the chunk ids by code. Only distinct codes are counted, so the codes need
+    not sort as the ids do (sorting the 1.2M ids took 0.6 s of every update)."""
 
     owner: np.ndarray
     codes: np.ndarray
@@ -78,14 +79,14 @@ class ChunkLists:
     def of(cls, entities: pa.Table, entity_ids: list[str]) -> ChunkLists:
         """From an entities table with its chunk_ids column."""
         table = entities.select(["entity_id", "chunk_ids"])
-        return cls.scan(iter(table.to_batches()), entity_ids, pc.list_flatten(table.column("chunk_ids")))
+        return cls.scan(iter(table.to_batches()), entity_ids, pc.unique(pc.list_flatten(table.column("chunk_ids"))))
 
     @classmethod
     def scan(cls, batches: Iterator[pa.RecordBatch], entity_ids: list[str], chunk_ids: pa.Array) -> ChunkLists:
         """From (entity_id, chunk_ids) record batches, coded against `chunk_ids` (every chunk an
-        entity can list), so that the lists are never whole as strings."""
-        names = pc.unique(chunk_ids)
-        names = names.take(pc.sort_indices(names))
+        entity can list, each once: the chunks table's ids), so that the lists are never whole as
+        strings."""
+        names = chunk_ids.combine_chunks() if isinstance(chunk_ids, pa.ChunkedArray) else chunk_ids
         owners, codes = [np.empty(0, np.int32)], [np.empty(0, np.int32)]
         for run in in_runs(batches, lambda b: len(pc.list_flatten(b.column("chunk_ids")))):
             items = pa.chunked_array([pc.list_flatten(b.column("chunk_ids")) for b in run], names.type)

@@ -44,7 +44,7 @@ from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
 from graphwright.storage import contracts
 from graphwright.text.names import normalize_name, resolution_key
 from graphwright.util import memory
-from graphwright.util.numeric import distinct_lists, unique, unique_inverse
+from graphwright.util.numeric import distinct_codes, distinct_lists, unique, unique_inverse
 
 
 def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
@@ -97,7 +97,7 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     rank = corpus_rank(chunk_names.to_pylist(), positions or {})
 
     key_of_code = names.keys
-    keys = sorted(set(key_of_code[unique(m["name"])].tolist())) if len(m["name"]) else []
+    keys = sorted(set(key_of_code[distinct_codes(m["name"], len(key_of_code))].tolist()))
     key_index = {k: i for i, k in enumerate(keys)}
     key_of_name = np.array([key_index.get(k, -1) for k in key_of_code.tolist()], dtype=np.int64)
     m_key, a_src, a_tgt = key_of_name[m["name"]], key_of_name[a["source"]], key_of_name[a["target"]]
@@ -362,7 +362,7 @@ def _alias_table(names: Dictionary, m_name, m_count, keys, canonical, accepted, 
     key_index = {k: i for i, k in enumerate(keys)}
     counts = np.bincount(m_name, weights=m_count, minlength=len(names.values)).astype(np.int64)
     rows = []
-    for code in sorted(unique(m_name).tolist(), key=lambda c: names.values[c]):
+    for code in sorted(distinct_codes(m_name, len(names.values)).tolist(), key=lambda c: names.values[c]):
         key = names.key(names.values[code])
         how, why = merge_evidence(key)
         rows.append({"alias": names.values[code], "entity_id": entity_ids[entity_of_key[key_index[key]]], "method": how,

@@ -47,7 +47,7 @@ from graphwright.stages.resolve.rows import (
 from graphwright.storage import contracts
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
-from graphwright.util.numeric import to_numpy, unique
+from graphwright.util.numeric import distinct_codes, to_numpy, unique
 
 OUTPUTS = ("entities", "entity_aliases", "relationships")
 INPUTS = ("mentions", "assertions", "chunks", "documents")
@@ -103,7 +103,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     memory.release()
 
     key_of_code = names.keys
-    keys = sorted(set(key_of_code[unique(m["name"])].tolist())) if len(m["name"]) else []
+    keys = sorted(set(key_of_code[distinct_codes(m["name"], len(key_of_code))].tolist()))
     key_index = {k: i for i, k in enumerate(keys)}
     key_of_name = np.array([key_index.get(k, -1) for k in key_of_code.tolist()], dtype=np.int64)
     m_key, a_src, a_tgt = key_of_name[m["name"]], key_of_name[a["source"]], key_of_name[a["target"]]
@@ -230,7 +230,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
 
-    used = len(unique(np.concatenate([m["chunk_id"], a["chunk_id"]]))) if len(m["chunk_id"]) else 0
+    used = len(distinct_codes(np.concatenate([m["chunk_id"], a["chunk_id"]]), len(chunk_code)))
     stale = len(chunks.values) > 2 * max(used, 1)  # most coded chunks are gone: start the codes afresh
 
     def finish(store_) -> None:

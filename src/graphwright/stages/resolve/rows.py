@@ -15,7 +15,7 @@ from graphwright.stages.resolve.descriptions import Texts
 from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.state import Advance
 from graphwright.storage.patch import read_data_file
-from graphwright.util.numeric import distinct_lists, to_numpy, unique
+from graphwright.util.numeric import distinct_codes, distinct_lists, to_numpy, unique
 
 
 def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -65,7 +65,7 @@ def used_codes(used_chunks: np.ndarray, chunk_code: np.ndarray) -> np.ndarray:
     used = np.zeros(len(chunk_code), dtype=bool)
     by_sorted = np.empty(len(chunk_code), dtype=np.int64)
     by_sorted[chunk_code] = np.arange(len(chunk_code))
-    used[by_sorted[unique(used_chunks)]] = True
+    used[by_sorted[distinct_codes(used_chunks, len(chunk_code))]] = True
     return used
 
 
