@@ -104,7 +104,8 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             adds.append((path, data.num_rows))
             stats["rows_added"] += data.num_rows
         touched = pc.unique(pa.concat_arrays(keys))
-        if stats["rows_added"] and pc.count_distinct(pa.concat_arrays(keys[1:])).as_py() != stats["rows_added"]:
+        added = pa.concat_arrays(keys[1:]) if len(keys) > 1 else pa.array([], pa.string())  # the parts' keys
+        if stats["rows_added"] and pc.count_distinct(added).as_py() != stats["rows_added"]:
             raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
         removes: list[str] = []
         moved: list[tuple[str, int]] = []  # rows copied unchanged from the files rewritten
@@ -114,7 +115,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             """(path, the keys of its rows removed, its kept rows' local file) for one data file."""
             file_keys = key_column(read_data_file(store, name, path, list(key)), key)
             hit = pc.is_in(file_keys, value_set=touched)
-            removed = file_keys.filter(hit).cast(pa.string())
+            removed = file_keys.filter(hit)
             if not len(removed) or len(removed) == len(hit):
                 return path, removed, None
             kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
@@ -140,8 +141,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
         stats["files_added"] = len(adds) + len(moved)
         if adds or moved or removes or not store.exists(name):
             gone = pa.concat_arrays(hit_keys)
-            if len(keys) > 1:
-                gone = gone.filter(pc.invert(pc.is_in(gone, value_set=pa.concat_arrays([k.cast(pa.string()) for k in keys[1:]]))))
+            gone = gone.filter(pc.invert(pc.is_in(gone, value_set=added)))
             store._writing(name)
             _commit(store, store.ensure(name), name, adds, removes, moved, deleted=(key, gone) if len(key) == 1 else None)
     return stats
