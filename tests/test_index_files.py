@@ -36,3 +36,23 @@ def test_a_copy_where_a_rename_cannot_go(tmp_path, monkeypatch, move):
     source, data, _ = _made(tmp_path)
     files.write_file("graph/passage-1/indptr.npy", source, move=move)
     assert (tmp_path / "root" / "graph" / "passage-1" / "indptr.npy").read_bytes() == data and source.exists()
+
+
+def test_a_local_index_reads_its_files_without_the_object_store_client(tmp_path, monkeypatch):
+    """A local file is read in one copy, not through obstore (which copied it twice: resolve reads
+    0.7 GB of state each run at 1.2M chunks); what obstore wrote reads back the same, and an
+    absent file is FileNotFoundError."""
+    import obstore
+
+    files = IndexFiles(tmp_path / "root")
+    names = ["state/resolve/state.json", "state/a b/seg ment-1.npz", "graph/passage-x/meta.json"]
+    for i, name in enumerate(names):
+        files.write_bytes(name, bytes([i]) * 1000)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("read through obstore")
+
+    monkeypatch.setattr(obstore, "get", refused)
+    assert [files.read_bytes(n) for n in names] == [bytes([i]) * 1000 for i in range(len(names))]
+    with pytest.raises(FileNotFoundError):
+        files.read_bytes("state/none.json")

@@ -312,13 +312,18 @@ def _planned_from_rows(server, corpus, tmp_path):
                                                                          cfg.llm.model, lineage=lineage_of(ent, rel))
 
 
-def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("source", ["lineage", "tables"])
+def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, corpus, tmp_path, monkeypatch, source):
     """The chunk lists of the members of the communities an update plans are millions of ids at
-    1.2M chunks: they are handed over as Arrow tables and coded, not listed as Python strings,
-    and the plans are those planned from rows that carry the lists."""
+    1.2M chunks: they come as resolve's codes (storage.lineage), none read; without those
+    (an index written before them) they are handed over as Arrow tables and coded, not listed
+    as Python strings. Either way the plans are those planned from rows that carry the lists."""
     from graphwright.stages.report.support import Support
 
     cfg, store, communities, (ent, rel, chunk_text), full = _planned_from_rows(server, corpus, tmp_path)
+    if source == "tables":
+        for path in store.files.list("state/lineage"):
+            store.files.delete(path)
     handed: list = []
     coded = Support.of.__func__
 
@@ -332,7 +337,10 @@ def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, 
         {c: (p.input_hash, p.rating, p.chunks) for c, p in full.items()}
     assert any(p.chunks for p in plans.values())
     lists = [t for t in handed if t is not None]
-    assert lists and all(isinstance(t, pa.Table) and "chunk_ids" in t.column_names for t in lists)
+    if source == "lineage":
+        assert not handed
+    else:
+        assert lists and all(isinstance(t, pa.Table) and "chunk_ids" in t.column_names for t in lists)
 
 
 def _changed_reports(store: IndexStore, since: int):

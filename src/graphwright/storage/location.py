@@ -82,6 +82,11 @@ class IndexFiles:
             return False
 
     def read_bytes(self, relative: str) -> bytes:
+        """The object's bytes (FileNotFoundError, or obstore's NotFoundError, when it is absent).
+        A local index's are read in one copy: through obstore they were copied twice, and resolve
+        reads 0.7 GB of state a run at 1.2M chunks (1.2 s against 0.6 s)."""
+        if not is_uri(self.location):
+            return (Path(self.location) / relative).read_bytes()
         import obstore
 
         return bytes(obstore.get(self.store, relative).bytes())

@@ -52,8 +52,7 @@ def _cluster(run, m: dict) -> dict:
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
-            chunks = ChunkLists.scan(store.scanner("entities")(["entity_id", "chunk_ids"]), entity_ids,
-                                     store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
+            chunks = ChunkLists.of_store(store, entity_ids)
             parts = cluster_parts(entities, relationships, cfg, engine=engine, previous=previous, workers=workers,
                                   usage=usage, hashed=hashed, chunks=chunks)
             diff = store.replace_parts_if_changed("communities", parts)

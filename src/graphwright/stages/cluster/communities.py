@@ -99,6 +99,27 @@ class ChunkLists:
             codes.append(to_numpy(found, np.int32))
         return cls(np.concatenate(owners), np.concatenate(codes), names)
 
+    @classmethod
+    def coded(cls, lineage, entity_ids: list[str]) -> ChunkLists:
+        """From resolve's codes of the lists (storage.lineage), which need no lookup."""
+        owner, codes = lineage.entity_items()
+        ours = pa.array(entity_ids, pa.string())
+        if not ours.equals(lineage.entity_ids):  # the same ids, sorted alike, in any index resolve wrote
+            owner = entity_positions(lineage.entity_ids, entity_ids)[owner].astype(np.int32)
+        return cls(owner, codes, lineage.chunk_ids)
+
+    @classmethod
+    def of_store(cls, store, entity_ids: list[str], batches: Iterator[pa.RecordBatch] | None = None) -> ChunkLists:
+        """The entities' lists from resolve's codes where they are of the tables now, else scanned
+        from `batches` (all the entities' by default)."""
+        from graphwright.storage import lineage
+
+        coded = lineage.current(store)
+        if coded is not None:
+            return cls.coded(coded, entity_ids)
+        return cls.scan(batches if batches is not None else store.scanner("entities")(["entity_id", "chunk_ids"]), entity_ids,
+                        store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
+
     def counts(self, label: np.ndarray, n_groups: int) -> np.ndarray:
         """Per group 0..n_groups-1 of entities (`label` per entity position, -1 for none), the
         distinct chunks its entities are mentioned in."""

@@ -84,8 +84,7 @@ def rewrite_layout(store, entity_ids: list[str]) -> dict:
     valid = note is not None and note.get("communities") == store.version("communities")
     columns = [c for c in contracts.schema("communities").arrow.names if c != "n_chunks"]
     table = store.read("communities", columns=columns).sort_by([("level", "ascending"), ("community_id", "ascending")])
-    chunks = ChunkLists.scan(store.scanner("entities")(["entity_id", "chunk_ids"]), entity_ids,
-                             store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
+    chunks = ChunkLists.of_store(store, entity_ids)
 
     def parts():  # previous_levels lists the rows in this order, members as entity positions
         start = 0
@@ -170,8 +169,7 @@ def _rows(store, chosen, communities, cids, human, parent, children, members, en
     if not chosen:
         return
     wanted = sorted({e for i in chosen for e in members[i]})
-    chunk_lists = ChunkLists.scan(_entity_batches(store, wanted), entity_ids,
-                                  store.read("chunks", columns=["chunk_id"]).column("chunk_id"))
+    chunk_lists = ChunkLists.of_store(store, entity_ids, _entity_batches(store, wanted))
     by_level: dict[int, list[int]] = {}
     for i in chosen:
         by_level.setdefault(communities[i].level, []).append(i)

@@ -42,16 +42,16 @@ def write_passage_graph(store: IndexStore, synonyms: str | None,
                         stats: dict | None = None) -> str:
     """The passage graph's meta.json path (built unless this state's graph exists).
     `mentions_of(entity ids, chunk ids)`: the mention edges if they can be had without reading
-    every entity's chunk list (an update's, passage_update), else None; `stats` gets how they
-    were had ("changes" or "table")."""
+    every entity's chunk list (passage_update), else None; `stats` gets how they were had
+    ("lineage", "changes" or "table")."""
     versions = {name: store.version(name) for name in TABLES}
     relative = graph_path(versions, synonyms)
     if store.files.exists(relative):
         return relative
     entity_keys, chunk_keys = node_keys(store)
     mentions = mentions_of(entity_keys, chunk_keys) if mentions_of is not None else None
-    if stats is not None:
-        stats["passage_graph"] = "table" if mentions is None else "changes"
+    if stats is not None:  # mentions_of may say how it had them
+        stats["passage_graph"] = "table" if mentions is None else stats.get("passage_graph", "changes")
     arrays, meta = build(store, synonyms, (entity_keys, chunk_keys), mentions)
     meta["versions"] = versions  # what the next update reads the changes since
     folder = relative.rsplit("/", 1)[0]

@@ -19,6 +19,34 @@ from graphwright.stages.embed.passage_graph import FORMAT, MANIFEST_KEY, MENTION
 from graphwright.storage.changes import changes_since
 
 
+def known_mentions(store, entity_keys: pa.Array, chunk_keys: pa.Array, stats: dict) -> Mentions | None:
+    """The mention edges without reading every entity's chunk list: from resolve's codes
+    (coded_mentions), else from the published graph and the entities changed since
+    (updated_mentions); None when neither can say. `stats["passage_graph"]` gets which."""
+    from graphwright.storage import manifest
+
+    mentions, how = coded_mentions(store, entity_keys, chunk_keys), "lineage"
+    if mentions is None:
+        mentions, how = updated_mentions(store, manifest.published(store), entity_keys, chunk_keys), "changes"
+    if mentions is not None:
+        stats["passage_graph"] = how
+    return mentions
+
+
+def coded_mentions(store, entity_keys: pa.Array, chunk_keys: pa.Array) -> Mentions | None:
+    """(entity node, chunk code) of every mention edge, from resolve's codes of the chunk lists
+    (storage.lineage) when they are of the tables now: no list is read or looked up; else None."""
+    from graphwright.storage import lineage
+
+    coded = lineage.current(store)
+    if coded is None:
+        return None
+    owner, codes = coded.entity_items()
+    entity_at = _codes([coded.entity_ids], entity_keys)
+    chunk_at = _codes([coded.chunk_ids], chunk_keys)
+    return entity_at[owner], chunk_at[codes]
+
+
 def updated_mentions(store, published: dict, entity_keys: pa.Array, chunk_keys: pa.Array) -> Mentions | None:
     """(entity node, chunk code) of every mention edge of the current tables, as
     passage_graph.mention_pairs gives them (in another order), from the graph of the published

@@ -18,12 +18,13 @@ from graphwright.stages.report.extractive import (
 from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.stages.report.support import Support
 from graphwright.storage import contracts
+from graphwright.storage import lineage as lineage_codes
 from graphwright.storage.delta import IndexStore
 from graphwright.util.threads import side_by_side
 
 # without their chunk lists, which only the communities that take text units read (lineage)
 ENTITY_COLUMNS = ["entity_id", "name", "type", "description", "degree", "mention_count"]
-RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "weight"]
+RELATIONSHIP_COLUMNS = ["relationship_id", "source", "target", "description", "weight", "source_id", "target_id"]
 
 
 def _subtree(communities: dict[str, dict], roots: list[str]) -> list[dict]:
@@ -69,7 +70,14 @@ class LLMReports:
         def chunk_text(wanted: set[str]) -> dict[str, str]:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
 
+        coded = lineage_codes.current(store, pins)  # resolve's codes of the chunk lists, if they are of these versions
+
         def lineage(entity_ids: set[str], relationship_ids: set[str]) -> Support:  # as Arrow lists, coded once
+            if coded is not None:
+                rels = [self.rel[r] for r in relationship_ids if r in self.rel]
+                return Support(coded.chunk_ids, coded.entity_lists(entity_ids), coded.relationship_lists(
+                    *([r[c] for r in rels] for c in ("relationship_id", "source_id", "target_id"))))
+
             def lists(name: str, key: str, wanted: set[str]) -> Callable:
                 return lambda: store.rows_in(name, key, wanted, [key, "chunk_ids"], version=pins.get(name)) if wanted else None
             # the entities' and the relationships' chunk lists (0.8 GB at 1.2M chunks), scanned in DataFusion

@@ -264,9 +264,11 @@ class _Parts:
 
 
 def _relationship_parts(scan: Scan | Callable, a: dict[str, np.ndarray], parts: _Parts, ends: _Endpoints, chunk_names: pa.Array,
-                        doc_names: pa.Array, overflow: dict | None) -> Iterator[pa.Table]:
+                        doc_names: pa.Array, overflow: dict | None,
+                        chunk_lists: Callable[[int, int], pa.ListArray] | None = None) -> Iterator[pa.Table]:
     """The relationships table a part at a time; a part covers consecutive relationships.
-    `scan`: the assertions, or a function from the needed description hashes to their Texts."""
+    `scan`: the assertions, or a function from the needed description hashes to their Texts.
+    `chunk_lists(first, k)`: the chunk_ids of relationships first..first+k-1, when known."""
     texts = scan(parts.needed()) if getattr(scan, "fetches_texts", False) else fetch_texts(scan, parts.needed())
     memory.release()
     for p in range(len(parts)):
@@ -283,7 +285,7 @@ def _relationship_parts(scan: Scan | Callable, a: dict[str, np.ndarray], parts: 
             "target": ends.entity_names.take(hi),
             "description": rel_plan.merge(texts),
             "weight": pa.array(np.bincount(local, weights=a["weight"][sel], minlength=k), pa.float64()),
-            "chunk_ids": distinct_lists(local, a["chunk_id"][sel], chunk_names, k),
+            "chunk_ids": chunk_lists(first, k) if chunk_lists else distinct_lists(local, a["chunk_id"][sel], chunk_names, k),
             "doc_ids": distinct_lists(local, a["doc_id"][sel], doc_names, k),
         })
         if overflow is not None:

@@ -44,7 +44,7 @@ from graphwright.stages.resolve.rows import (
     text_fetcher,
     used_codes,
 )
-from graphwright.storage import contracts
+from graphwright.storage import contracts, lineage
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
 from graphwright.util.numeric import distinct_codes, to_numpy, unique
@@ -155,6 +155,10 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     rel_lo, rel_hi = by_rank[pairs // width], by_rank[pairs % width]
     degree = np.bincount(np.concatenate([rel_lo, rel_hi]), minlength=n_entities).astype(np.int64)
 
+    # every chunk list as codes: the rebuilt rows' lists come from it, and cluster, report and
+    # embed read it instead of the lists (storage.lineage)
+    coded = lineage.build(chunk_names, entity_ids, id_rank, m_entity, m["chunk_id"], pairs, a_pair, a["chunk_id"][sup_rows])
+
     old_keys = st.derived.get("keys") if base else None
     old_entities = st.derived.get("entities") if base else None
     if base:
@@ -182,7 +186,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         dirty_entity = np.ones(n_entities, dtype=bool)
     chosen = np.flatnonzero(dirty_entity)
     entities, chosen_names = build_entities(chosen, m, m_entity, n_entities, names, type_names, chunk_names, doc_names,
-                                            rank, degree, entity_ids, entity_keys, config, overflow,
+                                            rank, degree, entity_ids, entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
                                             text_fetcher(store, "mentions", advances["mentions"].files, m,
                                                          np.flatnonzero(dirty_entity[m_entity]) if base else None))
     if base:
@@ -215,7 +219,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                                 rel_lo[chosen_pairs], rel_hi[chosen_pairs])
     fetch = text_fetcher(store, "assertions", advances["assertions"].files, a, sup_rows[keep])
     parts = core._relationship_parts(fetch, {c: a[c] for c in ("weight", "chunk_id", "doc_id")}, rel_parts, endpoints,
-                                     chunk_names, doc_names, overflow)
+                                     chunk_names, doc_names, overflow,
+                                     lambda first, k: coded.relationship_chunk_ids(chosen_pairs[first:first + k]))
     stats.update(entities_rebuilt=len(chosen), relationships_rebuilt=len(chosen_pairs), incremental=bool(base),
                  mentions_changed=len(net_m["name"]), assertions_changed=len(net_a["source"]),
                  mentions_total=len(m["name"]))
@@ -234,6 +239,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     stale = len(chunks.values) > 2 * max(used, 1)  # most coded chunks are gone: start the codes afresh
 
     def finish(store_) -> None:
+        lineage.write(files, coded, {t: store_.version(t) for t in lineage.TABLES})
         if stale:
             state.forget(files)
             return

@@ -140,8 +140,10 @@ def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.nd
 
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
                    chunk_names: pa.Array, doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
-                   entity_keys: list[str], config, overflow: dict | None, fetch) -> tuple[pa.Table, list[str]]:
-    """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their names."""
+                   entity_keys: list[str], config, overflow: dict | None, chunk_lists: pa.ListArray,
+                   fetch) -> tuple[pa.Table, list[str]]:
+    """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their
+    names; `chunk_lists`: their chunk_ids (storage.lineage has them)."""
     local = np.full(n_entities, -1, dtype=np.int64)
     local[chosen] = np.arange(len(chosen))
     rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
@@ -163,7 +165,7 @@ def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities
         "description": pa.concat_arrays([pa.array([], pa.string()), *descriptions]),
         "mention_count": pa.array(np.bincount(group, weights=sub["count"], minlength=k).astype(np.int64)),
         "degree": pa.array(degree[chosen], pa.int64()),
-        "chunk_ids": distinct_lists(group, sub["chunk_id"], chunk_names, k),
+        "chunk_ids": chunk_lists,
         "doc_ids": distinct_lists(group, sub["doc_id"], doc_names, k),
     })
     return table, chosen_names
