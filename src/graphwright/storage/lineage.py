@@ -15,7 +15,6 @@ named by its versions, with meta.json put last: a reader never sees half of one.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 
@@ -117,12 +116,11 @@ def write(files, lineage: Lineage, versions: dict[str, int | None]) -> None:
     """Save `lineage` as that of these table versions, then drop every other one."""
     where = folder(versions)
     lineage.versions = versions
-    sink = io.BytesIO()
-    np.savez(sink, entity_indptr=lineage.entity_indptr, entity_codes=lineage.entity_codes, pairs=lineage.pairs,
-             relationship_indptr=lineage.relationship_indptr, relationship_codes=lineage.relationship_codes)
-    files.write_bytes(f"{where}/codes.npz", sink.getvalue())
+    files.write_arrays(f"{where}/codes.npz", entity_indptr=lineage.entity_indptr, entity_codes=lineage.entity_codes,
+                       pairs=lineage.pairs, relationship_indptr=lineage.relationship_indptr,
+                       relationship_codes=lineage.relationship_codes)
     for name, ids_ in (("chunks", lineage.chunk_ids), ("entities", lineage.entity_ids)):
-        files.write_bytes(f"{where}/{name}.arrow", _ipc(ids_))
+        files.write_table(f"{where}/{name}.arrow", pa.table({"id": ids_}))
     files.write_bytes(f"{where}/meta.json", json.dumps({"format": FORMAT, "versions": versions}).encode())
     for path in files.list(ROOT):
         if not path.startswith(where + "/"):
@@ -145,8 +143,8 @@ def read(files, versions: dict[str, int | None]) -> Lineage | None:
         for location, path, known in _last:
             if location == str(files.location) and path == where:
                 return known
-        arrays = np.load(io.BytesIO(files.read_bytes(f"{where}/codes.npz")))
-        chunk_ids, entity_ids = (_from_ipc(files.read_bytes(f"{where}/{n}.arrow")) for n in ("chunks", "entities"))
+        arrays = files.read_arrays(f"{where}/codes.npz")
+        chunk_ids, entity_ids = (files.read_table(f"{where}/{n}.arrow").column("id").combine_chunks() for n in ("chunks", "entities"))
     except Exception:  # noqa: BLE001 - absent, or removed by a newer run while read: the tables say the same
         return None
     lineage = Lineage(chunk_ids, entity_ids, arrays["entity_indptr"], arrays["entity_codes"], arrays["pairs"],
@@ -159,15 +157,3 @@ def current(store, pins: dict[str, int] | None = None) -> Lineage | None:
     """The lineage of the tables' versions now (or at `pins`)."""
     pins = pins or {}
     return read(store.files, {t: pins.get(t, store.version(t)) for t in TABLES})
-
-
-def _ipc(values: pa.Array) -> bytes:
-    table = pa.table({"id": values})
-    sink = io.BytesIO()
-    with pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue()
-
-
-def _from_ipc(data: bytes) -> pa.Array:
-    return pa.ipc.open_file(pa.BufferReader(data)).read_all().column("id").combine_chunks()

@@ -17,6 +17,7 @@ refuses to write at all. A store without conditional puts cannot hold an index.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import tempfile
@@ -90,6 +91,37 @@ class IndexFiles:
         import obstore
 
         return bytes(obstore.get(self.store, relative).bytes())
+
+    def read_table(self, relative: str):
+        """An Arrow table saved by write_table (its schema's metadata included)."""
+        import pyarrow as pa
+
+        with pa.ipc.open_file(pa.BufferReader(self.read_bytes(relative))) as reader:
+            return reader.read_all()
+
+    def write_table(self, relative: str, table) -> None:
+        """An Arrow table as one Arrow IPC file, in one atomic put."""
+        import pyarrow as pa
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        self.write_bytes(relative, sink.getvalue().to_pybytes())
+
+    def read_arrays(self, relative: str) -> dict:
+        """The numpy arrays saved by write_arrays, by name."""
+        import numpy as np
+
+        with np.load(io.BytesIO(self.read_bytes(relative))) as z:
+            return {k: z[k] for k in z.files}
+
+    def write_arrays(self, relative: str, **arrays) -> None:
+        """Numpy arrays as one .npz file (uncompressed), in one atomic put."""
+        import numpy as np
+
+        sink = io.BytesIO()
+        np.savez(sink, **arrays)
+        self.write_bytes(relative, sink.getvalue())
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         """One atomic put: readers see the whole object or none of it."""

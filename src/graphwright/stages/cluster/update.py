@@ -3,7 +3,6 @@ stages.cluster.incremental, and only the changed communities' rows, patched into
 
 from __future__ import annotations
 
-import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -44,14 +43,8 @@ def chunk_digests(store, entity_ids: list[str]) -> np.ndarray:
 
 
 def save_state(store, entity_ids, edges, weights, digests, total: int) -> None:
-    sink = io.BytesIO()
-    np.savez(sink, edges=edges.astype(np.int32), weights=weights, digests=digests)
-    store.files.write_bytes(f"{STATE}/graph.npz", sink.getvalue())
-    table = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
-    out = io.BytesIO()
-    with pa.ipc.new_file(out, table.schema) as w:
-        w.write_table(table)
-    store.files.write_bytes(f"{STATE}/entities.arrow", out.getvalue())
+    store.files.write_arrays(f"{STATE}/graph.npz", edges=edges.astype(np.int32), weights=weights, digests=digests)
+    store.files.write_table(f"{STATE}/entities.arrow", pa.table({"entity_id": pa.array(entity_ids, pa.string())}))
     note = {"communities": store.version("communities"), "total": str(total)}
     store.files.write_bytes(f"{STATE}/state.json", json.dumps(note).encode())
 
@@ -61,10 +54,8 @@ def load_state(store) -> dict | None:
         note = json.loads(store.files.read_bytes(f"{STATE}/state.json"))
         if note["communities"] != store.version("communities"):
             return None  # the communities were written by something else since
-        with np.load(io.BytesIO(store.files.read_bytes(f"{STATE}/graph.npz"))) as z:
-            arrays = {k: z[k] for k in z.files}
-        with pa.ipc.open_file(io.BytesIO(store.files.read_bytes(f"{STATE}/entities.arrow"))) as r:
-            arrays["entity_ids"] = r.read_all().column("entity_id").combine_chunks()
+        arrays = store.files.read_arrays(f"{STATE}/graph.npz")
+        arrays["entity_ids"] = store.files.read_table(f"{STATE}/entities.arrow").column("entity_id").combine_chunks()
         arrays["total"] = int(note["total"])
         return arrays
     except Exception:  # noqa: BLE001 - no state, or an older one: cluster in full

@@ -13,7 +13,6 @@ by compaction), the calls are read whole, as they are the first time."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pyarrow as pa
@@ -84,8 +83,7 @@ def _appended_since(store, since: int) -> pa.Table | None:
 
 def _load(store) -> tuple[pa.Table | None, int | None]:
     try:
-        with pa.ipc.open_file(io.BytesIO(store.files.read_bytes(STATE))) as reader:
-            table = reader.read_all()
+        table = store.files.read_table(STATE)
     except Exception:  # noqa: BLE001 - none yet, or unreadable: the calls are read whole
         return None, None
     meta = json.loads((table.schema.metadata or {}).get(b"graphwright", b"{}"))
@@ -97,7 +95,4 @@ def _load(store) -> tuple[pa.Table | None, int | None]:
 def _save(store, calls: pa.Table) -> None:
     meta = {"format": FORMAT, "llm_calls": store.version("llm_calls")}
     table = calls.select(COLUMNS).cast(SCHEMA).replace_schema_metadata({"graphwright": json.dumps(meta)})
-    sink = io.BytesIO()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    store.files.write_bytes(STATE, sink.getvalue())
+    store.files.write_table(STATE, table)

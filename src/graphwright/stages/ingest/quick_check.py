@@ -104,10 +104,7 @@ class QuickCheck:
         meta = {"format": FORMAT, "documents_version": store.version("documents")}
         schema = pa.schema([("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()), ("doc_id", pa.string())],
                            metadata={"graphwright": json.dumps(meta)})
-        sink = io.BytesIO()
-        with pa.ipc.new_file(sink, schema) as writer:
-            writer.write_table(pa.table(rows, schema=schema))
-        store.files.write_bytes(STATE, sink.getvalue())
+        store.files.write_table(STATE, pa.table(rows, schema=schema))
         return recorded
 
 

@@ -185,7 +185,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     else:
         dirty_entity = np.ones(n_entities, dtype=bool)
     chosen = np.flatnonzero(dirty_entity)
-    entities, chosen_names = build_entities(chosen, m, m_entity, n_entities, names, type_names, chunk_names, doc_names,
+    entities, chosen_names = build_entities(chosen, m, m_entity, n_entities, names, type_names, doc_names,
                                             rank, degree, entity_ids, entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
                                             text_fetcher(store, "mentions", advances["mentions"].files, m,
                                                          np.flatnonzero(dirty_entity[m_entity]) if base else None))

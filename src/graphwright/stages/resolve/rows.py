@@ -139,7 +139,7 @@ def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.nd
 
 
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
-                   chunk_names: pa.Array, doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
+                   doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
                    entity_keys: list[str], config, overflow: dict | None, chunk_lists: pa.ListArray,
                    fetch) -> tuple[pa.Table, list[str]]:
     """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their

@@ -14,7 +14,6 @@ rebuild (stages.resolve.incremental).
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 
@@ -91,7 +90,7 @@ def load(files, fingerprint_: str, method: str) -> ResolveState | None:
     for kind, parts in meta["dictionary_parts"].items():
         d = state.dictionaries[kind]
         for part in parts:
-            table = _read_table(files, part)
+            table = files.read_table(part)
             values = table.column("value").to_pylist()
             d.values.extend(values)
             if "key" in table.column_names:
@@ -100,25 +99,12 @@ def load(files, fingerprint_: str, method: str) -> ResolveState | None:
     state.dictionary_parts = meta["dictionary_parts"]
     state.segments = meta["segments"]
     state.outputs = meta.get("outputs", {})
-    state.derived = {name: _read_table(files, path) for name, path in meta.get("derived", {}).items()}
+    state.derived = {name: files.read_table(path) for name, path in meta.get("derived", {}).items()}
     return state
 
 
-def _read_table(files, relative: str) -> pa.Table:
-    with pa.ipc.open_file(io.BytesIO(files.read_bytes(relative))) as reader:
-        return reader.read_all()
-
-
-def _write_table(files, relative: str, table: pa.Table) -> None:
-    sink = io.BytesIO()
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    files.write_bytes(relative, sink.getvalue())
-
-
 def load_segment(files, relative: str) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(files.read_bytes(relative))) as z:
-        return {k: z[k] for k in z.files}
+    return files.read_arrays(relative)
 
 
 def code_file(store, table: str, path: str, extractor: str, state: ResolveState) -> dict[str, np.ndarray]:
@@ -183,9 +169,7 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
         for path in adv.files:
             if path in adv.new_segments:
                 relative = f"{ROOT}/segments/{table}/{ids.stable_id('segment', path, run_id)}.npz"
-                sink = io.BytesIO()
-                np.savez(sink, **{k: v for k, v in adv.new_segments[path].items() if k != "file"})
-                files.write_bytes(relative, sink.getvalue())
+                files.write_arrays(relative, **{k: v for k, v in adv.new_segments[path].items() if k != "file"})
                 segments[table][path] = relative
             else:
                 segments[table][path] = had[path]
@@ -199,12 +183,12 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
             if d.key is not None:
                 columns["key"] = pa.array(d._keys[start:], pa.string())
             relative = f"{ROOT}/dictionaries/{kind}-{run_id}.arrow"
-            _write_table(files, relative, pa.table(columns))
+            files.write_table(relative, pa.table(columns))
             parts.setdefault(kind, []).append(relative)
     derived_paths = {}
     for name, table in derived.items():
         relative = f"{ROOT}/derived/{name}-{run_id}.arrow"
-        _write_table(files, relative, table)
+        files.write_table(relative, table)
         derived_paths[name] = relative
     meta = {"format": FORMAT, "fingerprint": state.fingerprint, "dictionary_parts": parts, "segments": segments,
             "derived": derived_paths, "outputs": outputs}
