@@ -4,8 +4,11 @@
 most similar other rows by inner product (cosine): `(scores [n, k], indices [n, k])`, -1 where
 there are fewer than k others.
 
-- faiss (CPU, default): exact flat search up to `exact_up_to` rows (quadratic), else IVF-Flat (trained with
-  faiss's fixed k-means seed, so the same rows give the same neighbours).
+- faiss (CPU, default): exact flat search up to `exact_up_to` rows (quadratic), else IVF-Flat with
+  about sqrt(n) lists, trained on 64 rows per list with faiss's fixed k-means seed (so the same
+  rows give the same neighbours). On the 41k name keys of the 145k-chunk benchmark, sqrt(n) lists
+  train in 0.24 s where 4 sqrt(n) took 2.9 s, and find more of the exact search's pairs (94.4%
+  against 93.8%; bench/ngram_neighbours.py).
 - cuvs (GPU, optional [gpu] extra): brute force up to `exact_up_to` rows, else CAGRA. Imported
   lazily, never needed on the CPU path.
 """
@@ -33,6 +36,12 @@ def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
     return out / np.maximum(norms, 1e-12)
 
 
+def ivf_lists(n: int) -> int:
+    """The IVF's number of lists for n rows: k-means costs lists x training rows (64 per list),
+    so 4 sqrt(n) lists cost 16 times what sqrt(n) do."""
+    return max(1, int(np.sqrt(n)))
+
+
 def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndarray, np.ndarray]:
     import faiss
 
@@ -40,7 +49,7 @@ def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.nda
     if n <= exact_up_to:
         index = faiss.IndexFlatIP(dim)
     else:
-        nlist = int(4 * np.sqrt(n))
+        nlist = ivf_lists(n)
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
         train = vectors[np.linspace(0, n - 1, min(n, 64 * nlist)).astype(np.int64)]
         index.train(train)

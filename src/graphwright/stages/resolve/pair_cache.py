@@ -102,15 +102,21 @@ def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str,
     return table if kept is None else pa.concat_tables([kept.cast(table.schema), table])
 
 
+# the candidate generators' version: stored candidates of another version are generated again
+# (2: the n-gram IVF trains sqrt(n) lists, not 4 sqrt(n))
+CANDIDATES_FORMAT = 2
+
+
 def keys_digest(keys: list[str]) -> str:
-    h = hashlib.sha256()
+    h = hashlib.sha256(f"candidates-{CANDIDATES_FORMAT}\x1e".encode())
     for k in keys:
         h.update(k.encode() + b"\x1f")
     return h.hexdigest()
 
 
 def candidates_from(table: pa.Table | None, keys: list[str]) -> dict[str, set[tuple[int, int]]]:
-    """The stored candidate pairs, if they were generated for exactly these keys; else {}."""
+    """The stored candidate pairs, if they were generated for exactly these keys by this version
+    of the generators; else {}."""
     if table is None or not table.num_rows or table.schema.metadata is None \
             or table.schema.metadata.get(b"keys") != keys_digest(keys).encode():
         return {}
