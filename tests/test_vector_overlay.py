@@ -1,4 +1,4 @@
-"""A small update of a large (HNSW) vector index writes an overlay file beside the published
+"""A small update of a published vector index (HNSW or flat) writes an overlay file beside the published
 base instead of reading and rewriting the base (engines.vectors.overlay): the files it writes
 follow the change, queries see exactly the live items, and check, repair and retention treat
 the overlay and its base as one index."""
@@ -19,8 +19,8 @@ from graphwright.storage.health import StorageError
 from graphwright.storage.manifest import PublishedIndex
 
 
-def overlay_config(share: float = 0.9):
-    return make_config(vectors={"hnsw_threshold": 5, "overlay_max_share": share})
+def overlay_config(share: float = 0.9, hnsw_threshold: int = 5):
+    return make_config(vectors={"hnsw_threshold": hnsw_threshold, "overlay_max_share": share})
 
 
 def edit(corpus, name: str, old: str, new: str) -> None:
@@ -38,12 +38,13 @@ def live_chunks(store) -> set[str]:
     return set(store.read("chunks").column("chunk_id").to_pylist())
 
 
-@pytest.fixture
-def layered(tmp_path, monkeypatch):
-    """An index whose published chunk vectors are an overlay over the first build's HNSW base."""
+@pytest.fixture(params=[5, 10**6], ids=["hnsw", "flat"])
+def layered(tmp_path, monkeypatch, request):
+    """An index whose published chunk vectors are an overlay over the first build's base: an
+    HNSW index, or a flat one (below the HNSW threshold, which was rebuilt from a scan)."""
     import faiss
 
-    config = overlay_config()
+    config = overlay_config(hnsw_threshold=request.param)
     fresh = index_fresh(tmp_path / "overlay", config=config)
     base = PublishedIndex(fresh.store).manifest["vector_indexes"]["chunk"]
     assert base.endswith(".faiss")

@@ -35,8 +35,8 @@ from graphwright.util.numeric import to_numpy
 def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig, at: int | None = None,
                        rebuild: bool = False) -> tuple[str, dict[str, str]]:
     """Build the ANN index for one kind, or update the published one where it can: with an
-    overlay file while the change is small (engines.vectors.overlay), else in place
-    (engines.vectors.update_index), from the embeddings table (at Delta version `at`: a repair
+    overlay file while the change is small (engines.vectors.overlay; any faiss index), else in
+    place (engines.vectors.update_index; an HNSW index), from the embeddings table (at Delta version `at`: a repair
     rebuilds a published version's file). Returns the file's path relative to the index and the
     sha256 of the files written (none when the file was already there)."""
     where = f"kind = '{kind}' AND model = '{model}'"
@@ -56,8 +56,11 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
 
     index = None
     updatable = may_update(cfg.vectors, keys.num_rows) and not rebuild
-    published, pinned = published_vector_file(store, kind) if updatable else (None, None)
-    if published is not None and cfg.vectors.overlay_max_share > 0:
+    # an overlay lays over any published faiss index, a flat one too: below the HNSW threshold
+    # the index was rebuilt from a scan of the table (2.2 s a 0.1% update at 145k chunks)
+    layerable = cfg.vectors.engine == "faiss" and cfg.vectors.overlay_max_share > 0 and not rebuild
+    published, pinned = published_vector_file(store, kind) if updatable or layerable else (None, None)
+    if published is not None and layerable:
         overlay = next_overlay(store.files, published, keys.column("item_id").combine_chunks(),
                                keys.column("text_hash").combine_chunks(),
                                lambda wanted: recent_vectors(store, kind, model, wanted, keys, pinned, vectors_of),
@@ -65,7 +68,7 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
         if overlay is not None:
             return layered, write_overlay(store.files, layered, overlay)
     # the previous index is loaded (2 GB at 1.2M chunks) only where an update can use it
-    previous = load_index(store.files, published) if published is not None else None
+    previous = load_index(store.files, published) if published is not None and updatable else None
     if previous is not None:
         if isinstance(previous, LayeredIndex):
             previous = previous.folded()
