@@ -381,6 +381,26 @@ def test_levels_split_in_bins_give_the_same_hierarchy_in_any_number_of_processes
     assert usage["worker_cpu_s"] > 0  # the pool's processes report what they used
 
 
+def test_a_lazy_pool_starts_its_processes_at_the_first_level_with_bins_to_share(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import graphwright.stages.cluster.hierarchy as cluster_module
+
+    n, edges, weights, labels = planted_partition([30] * 12, 0.4, 0.01, seed=8)
+    inside = labels[edges[:, 0]] == labels[edges[:, 1]]
+    edges, weights = edges[inside], weights[inside]
+    started = []
+    monkeypatch.setattr(cluster_module, "_start_pool", lambda workers: started.append(workers) or ThreadPoolExecutor(workers))
+    options = {"resolution": 1.0, "seed": 1, "n_iterations": 2}
+    with cluster_module._pool(2, 10**9, lazy=True) as pool:
+        one_bin = partition_groups(IgraphEngine(), n, edges, weights, labels, pool=pool, **options)
+        assert not started  # a level of one bin runs on the driver: no process was started for it
+        monkeypatch.setattr(cluster_module, "BIN_EDGES", len(edges) // 5)
+        several = partition_groups(IgraphEngine(), n, edges, weights, labels, pool=pool, **options)
+        assert started == [2]
+    assert len(set(one_bin.tolist())) >= 12 and len(set(several.tolist())) >= 12
+
+
 def test_graph_hash_identifies_the_weighted_graph_whatever_the_row_order():
     from graphwright.stages.cluster.communities import graph_hash
 

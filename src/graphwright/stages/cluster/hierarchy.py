@@ -199,18 +199,47 @@ def listing(levels: list[list[tuple[np.ndarray, int | None]]]) -> list[Community
 
 
 @contextmanager
-def _pool(workers: int, edges: int):
-    """Processes for the bins of a level, when the graph is large enough to repay starting them."""
+def _pool(workers: int, edges: int, lazy: bool = False):
+    """Processes for the bins of a level, when the graph is large enough to repay starting them.
+    `lazy`: started by the first level that has bins to share (an update's splits rarely fill
+    two bins: starting the pool cost it 1.2 s of the driver at 145k chunks)."""
     if workers <= 1 or edges <= POOL_MIN_BINS * BIN_EDGES:
         yield None
         return
-    # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["graphwright.stages.cluster.hierarchy", "igraph"])
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    if lazy:
+        pool = _LazyPool(workers)
+        try:
+            yield pool
+        finally:
+            pool.shutdown()
+        return
+    with _start_pool(workers) as pool:
         for _ in range(workers):  # start the processes now, while the top level runs on the driver
             pool.submit(int)
         yield pool
+
+
+def _start_pool(workers: int) -> ProcessPoolExecutor:
+    # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["graphwright.stages.cluster.hierarchy", "igraph"])
+    return ProcessPoolExecutor(workers, mp_context=context)
+
+
+class _LazyPool:
+    """A process pool that starts with its first map."""
+
+    def __init__(self, workers: int):
+        self.workers, self.pool = workers, None
+
+    def map(self, fn, *iterables):
+        if self.pool is None:
+            self.pool = _start_pool(self.workers)
+        return self.pool.map(fn, *iterables)
+
+    def shutdown(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
 
 
 def sorted_edges(n: int, edges: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -120,7 +120,7 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     total = graph_sum(node_hash, edges, weights)
     previous = store.read("communities", columns=["community_id", "human_id", "level", "parent_id", "children_ids", "entity_ids"])
     prev = previous_levels(previous, entity_ids)
-    with _pool(workers, len(edges)) as pool:
+    with _pool(workers, len(edges), lazy=True) as pool:
         levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage,
                                            fresh=fresh.result if fresh else None)
     communities = listing(levels)
