@@ -44,7 +44,9 @@ def vector_pairs(vectors: np.ndarray, k: int, min_cosine: float, engine: str) ->
     scores, idx = neighbours(vectors, k, engine)
     rows, cols = np.nonzero((scores >= min_cosine) & (idx >= 0))
     js = idx[rows, cols]
-    return {(int(min(i, j)), int(max(i, j))) for i, j in zip(rows.tolist(), js.tolist())}
+    n = max(len(vectors), 1)
+    codes = np.unique(np.minimum(rows, js) * n + np.maximum(rows, js))  # each pair once, in numpy
+    return set(zip((codes // n).tolist(), (codes % n).tolist()))
 
 
 def candidate_pairs(keys: list[str], config, embeddings: np.ndarray | None = None) -> dict[str, set[tuple[int, int]]]:

@@ -42,7 +42,8 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
     pairs = sorted(set().union(*generated.values()))
     to_score = pairs
     if settled is not None and len(settled) and pairs:
-        codes = np.array([i * len(keys) + j for i, j in pairs], dtype=np.int64)
+        ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+        codes = ends[:, 0] * len(keys) + ends[:, 1]
         at = np.minimum(np.searchsorted(settled, codes), len(settled) - 1)
         to_score = [p for p, done in zip(pairs, (settled[at] == codes).tolist()) if not done]
     accepted, borderline, contained_pairs = {}, [], []
