@@ -1,6 +1,8 @@
 """Resolve's n-gram candidate search (engines.vectors.neighbours, faiss IVF-Flat) with sqrt(n)
 lists (what it uses) and 4 sqrt(n) (what it used), side by side on one key set: k-means and
-search seconds, and the share of an exact search's candidate pairs each finds.
+search seconds, and the share of an exact search's candidate pairs each finds. Then an IVF whose
+lists are the n-gram dimensions (a fixed quantizer, nothing trained: the partition an update
+could keep), probing 4, 8 and 16 lists.
 
     python bench/ngram_neighbours.py --index DIR/index-120000     # the name keys of a built index
     python bench/ngram_neighbours.py --names 40000                # generated names
@@ -35,6 +37,22 @@ def pairs(scores: np.ndarray, idx: np.ndarray, min_cosine: float) -> set[tuple[i
     return {(min(i, j), max(i, j)) for i, j in zip(rows.tolist(), idx[rows, cols].tolist())}
 
 
+def fixed_lists(vectors: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k neighbours (self dropped) in an IVF whose lists are the vectors' dimensions."""
+    import faiss
+
+    n, dim = vectors.shape
+    quantizer = faiss.IndexFlatIP(dim)
+    quantizer.add(np.eye(dim, dtype=np.float32))
+    index = faiss.IndexIVFFlat(quantizer, dim, dim, faiss.METRIC_INNER_PRODUCT)
+    index.is_trained = True
+    index.nprobe = nprobe
+    index.add(vectors)
+    scores, idx = index.search(vectors, k + 1)
+    keep = (idx != np.arange(n)[:, None]) & (idx >= 0)
+    return np.where(keep, scores, -1.0), np.where(keep, idx, -1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index")
@@ -60,6 +78,11 @@ def main() -> None:
                   f"{len(found):,} pairs, {len(found & exact) / max(len(exact), 1):.1%} of the exact ones")
     finally:
         nb.ivf_lists = current
+    for nprobe in (4, 8, 16):
+        started = time.perf_counter()
+        found = pairs(*fixed_lists(vectors, a.k, nprobe), a.min_cosine)
+        print(f"dimension lists  {nprobe:>3} probed  {time.perf_counter() - started:6.2f} s  "
+              f"{len(found):,} pairs, {len(found & exact) / max(len(exact), 1):.1%} of the exact ones")
 
 
 if __name__ == "__main__":
