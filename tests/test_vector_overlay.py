@@ -227,3 +227,17 @@ def test_positions_an_in_place_update_removed_are_not_counted_again(tmp_path):
     assert relative.endswith(OVERLAY_SUFFIX) and base_of(store.files, relative) == base
     assert set(read_overlay(store.files, relative).removed_ids) == before - live_chunks(store)  # this edit's, no earlier slot
     assert set(PublishedIndex(store).vector_index("chunk").ids) - {None} == live_chunks(store)
+
+
+def test_an_empty_base_is_folded_not_a_crash():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from graphwright.engines.vectors.overlay import next_overlay
+
+    files = _Files()
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"item_id": pa.array([], pa.string()), "text_hash": pa.array([], pa.string())}), sink)
+    files["v/community-e.ids.parquet"] = sink.getvalue().to_pybytes()  # a kind that had no items
+    assert next_overlay(files, "v/community-e.faiss", pa.array(["c1"]), pa.array(["h1"]), lambda ids: np.ones((1, 4), np.float32), 0.05) is None
+    assert next_overlay(files, "v/community-e.faiss", pa.array([], pa.string()), pa.array([], pa.string()), None, 0.05).ids == []

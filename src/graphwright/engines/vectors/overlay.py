@@ -143,7 +143,8 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
     missing = pc.is_null(at)
     add_ids = pa.array(ids, pa.string()).filter(missing)
     add_hashes = pa.array(text_hashes, pa.string()).filter(missing)
-    if pc.sum(removed).as_py() + len(add_ids) > max_share * int(held.sum()):
+    # counted in numpy: Arrow's sum of an empty base (a kind with no items yet) is null
+    if int(np.count_nonzero(held & ~alive)) + len(add_ids) > max_share * int(held.sum()):
         return None
     vectors = np.zeros((0, 1), np.float32)
     if len(add_ids):
