@@ -32,11 +32,6 @@ def generated_keys(n: int) -> list[str]:
     return sorted({" ".join(word() for _ in range(rng.randint(1, 3))) for _ in range(n)})
 
 
-def pairs(scores: np.ndarray, idx: np.ndarray, min_cosine: float) -> set[tuple[int, int]]:
-    rows, cols = np.nonzero((scores >= min_cosine) & (idx >= 0))
-    return {(min(i, j), max(i, j)) for i, j in zip(rows.tolist(), idx[rows, cols].tolist())}
-
-
 def fixed_lists(vectors: np.ndarray, k: int, nprobe: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k neighbours (self dropped) in an IVF whose lists are the vectors' dimensions."""
     import faiss
@@ -61,6 +56,7 @@ def main() -> None:
     p.add_argument("--min-cosine", type=float, default=0.3)
     a = p.parse_args()
     from graphwright.engines.vectors import neighbours as nb
+    from graphwright.stages.resolve.candidates import pairs_above as pairs
 
     keys = index_keys(a.index) if a.index else generated_keys(a.names)
     vectors = nb.ngram_vectors(keys, 128)

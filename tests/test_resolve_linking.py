@@ -11,6 +11,7 @@ from graphwright import ids
 from graphwright.config import ResolveConfig
 from graphwright.engines.vectors.neighbours import neighbours, ngram_vectors
 from graphwright.stages.resolve.adjudicate import adjudicate, parse_verdict
+from graphwright.stages.resolve.candidates import pairs_above
 from graphwright.stages.resolve.core import resolve
 from graphwright.stages.resolve.scoring import (
     CodeSet,
@@ -197,12 +198,8 @@ def test_the_ngram_ivf_finds_most_of_the_exact_searchs_pairs():
     keys = sorted({" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 3))) for _ in range(rng.randint(1, 2)))
                    for _ in range(5000)})
     vecs = ngram_vectors(keys, 128)
-
-    def pairs(scores, idx):
-        return {(min(i, j), max(i, j)) for i in range(len(keys)) for j, s in zip(idx[i].tolist(), scores[i].tolist()) if j >= 0 and s >= 0.3}
-
-    exact = pairs(*neighbours(vecs, 10, exact_up_to=10**9))
-    approximate = pairs(*neighbours(vecs, 10, exact_up_to=100))
+    exact = pairs_above(*neighbours(vecs, 10, exact_up_to=10**9), 0.3)
+    approximate = pairs_above(*neighbours(vecs, 10, exact_up_to=100), 0.3)
     assert len(keys) > 3000 and len(approximate & exact) / len(exact) > 0.86
 
 

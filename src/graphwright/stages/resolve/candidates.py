@@ -41,10 +41,14 @@ def token_pairs(keys: list[str], max_block: int) -> set[tuple[int, int]]:
 
 
 def vector_pairs(vectors: np.ndarray, k: int, min_cosine: float, engine: str) -> set[tuple[int, int]]:
-    scores, idx = neighbours(vectors, k, engine)
+    return pairs_above(*neighbours(vectors, k, engine), min_cosine)
+
+
+def pairs_above(scores: np.ndarray, idx: np.ndarray, min_cosine: float) -> set[tuple[int, int]]:
+    """{(i, j), i < j} of a neighbour search's rows and hits scoring at least `min_cosine`."""
     rows, cols = np.nonzero((scores >= min_cosine) & (idx >= 0))
     js = idx[rows, cols]
-    n = max(len(vectors), 1)
+    n = max(len(scores), 1)
     codes = np.unique(np.minimum(rows, js) * n + np.maximum(rows, js))  # each pair once, in numpy
     return set(zip((codes // n).tolist(), (codes % n).tolist()))
 
