@@ -71,14 +71,14 @@ def main() -> None:
             started = time.perf_counter()
             found = pairs(*nb.neighbours(vectors, a.k, exact_up_to=0), a.min_cosine)
             print(f"{label:<16} {rule(len(keys)):>6} lists  {time.perf_counter() - started:6.2f} s  "
-                  f"{len(found):,} pairs, {len(found & exact) / max(len(exact), 1):.1%} of the exact ones")
+                  f"{len(found):,} pairs, {len(np.intersect1d(found, exact)) / max(len(exact), 1):.1%} of the exact ones")
     finally:
         nb.ivf_lists = current
     for nprobe in (4, 8, 16):
         started = time.perf_counter()
         found = pairs(*fixed_lists(vectors, a.k, nprobe), a.min_cosine)
         print(f"dimension lists  {nprobe:>3} probed  {time.perf_counter() - started:6.2f} s  "
-              f"{len(found):,} pairs, {len(found & exact) / max(len(exact), 1):.1%} of the exact ones")
+              f"{len(found):,} pairs, {len(np.intersect1d(found, exact)) / max(len(exact), 1):.1%} of the exact ones")
 
 
 if __name__ == "__main__":

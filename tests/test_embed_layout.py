@@ -8,6 +8,7 @@ from _helpers import make_config, run
 from deltalake import DeltaTable
 
 from graphwright.stages.embed import _chunks_to_embed, embedding_order
+from graphwright.storage import patch
 
 WORDS = "amber birch cedar delta ember fjord grove heath inlet juniper kestrel larch meadow".split()
 
@@ -26,7 +27,7 @@ def _chunk_files(index) -> set[str]:
     return {p for p in table.file_uris() if "kind=chunk" in p}
 
 
-def test_an_update_rewrites_only_the_file_holding_the_changed_documents_vectors(tmp_path):
+def test_an_update_rewrites_only_the_file_holding_the_changed_documents_vectors(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     # one chunk each, of four lengths in turn: sorted by length over the whole table, the four
@@ -41,9 +42,19 @@ def test_an_update_rewrites_only_the_file_holding_the_changed_documents_vectors(
     for i in range(4):
         path = corpus / f"doc-{i:02d}.txt"
         path.write_text(path.read_text().strip() + " An edition added this.\n")
+    scanned, read = [], patch.read_data_file
+
+    def spy(store, name, path, columns):  # delete_matching's scan for the rows to delete
+        if name == "embeddings" and columns == ["item_id", "model"] and path.startswith("kind=chunk"):
+            scanned.append(path)
+        return read(store, name, path, columns)
+
+    monkeypatch.setattr(patch, "read_data_file", spy)
     run([corpus], tmp_path / "index", config)
     removed = before - _chunk_files(tmp_path / "index")
     assert len(removed) == 1
+    # the ids each file holds were seen when the stored vectors were read: only that file is read again
+    assert len(scanned) == 1
 
 
 class _Lookup:

@@ -17,7 +17,7 @@ from graphwright.stages.embed.search_files import write_index_files
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
 from graphwright.storage.memo import StageMemo
-from graphwright.storage.patch import delete_matching
+from graphwright.storage.patch import delete_matching, read_partition
 from graphwright.util.cores import usable_cores
 
 ENTITY_TEXT_CHARS = 600
@@ -45,13 +45,14 @@ def _embed(run, m: dict) -> dict:
     model = model_name(cfg.embed)
     counts, todo_parts = {}, []
     for kind, items in _embedding_inputs(store, cfg.embed).items():
-        have = store.read("embeddings", columns=["item_id", "text_hash"], where=f"kind = '{kind}' AND model = '{model}'")
+        have, held = read_partition(store, "embeddings", ["item_id", "text_hash", "model"], {"kind": kind}, "item_id")
+        have = have.filter(pc.equal(have.column("model"), model)).select(["item_id", "text_hash"])
         if kind == "chunk":
             todo, stale = _chunks_to_embed(store, model, items.column("item_id"), have)
         else:
             todo, stale = _items_to_embed(model, items, have)
         if len(stale):
-            delete_matching(store, "embeddings", "item_id", stale, where={"kind": kind, "model": model})
+            delete_matching(store, "embeddings", "item_id", stale, where={"kind": kind, "model": model}, known=held)
         todo_parts.append(todo.add_column(0, "kind", pa.array([kind] * todo.num_rows, pa.string())))
         counts[kind] = {"embedded": todo.num_rows, "reused": len(items) - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB

@@ -19,13 +19,14 @@ from graphwright.engines.vectors.neighbours import neighbours, ngram_vectors
 from graphwright.stages.resolve.scoring import contained
 
 
-def token_pairs(keys: list[str], max_block: int) -> set[tuple[int, int]]:
+def token_pairs(keys: list[str], max_block: int) -> np.ndarray:
+    """Sorted codes i * len(keys) + j, i < j, of the pairs token blocking finds."""
     blocks: dict[str, list[int]] = defaultdict(list)
     tokens = [k.split() for k in keys]
     for i, toks in enumerate(tokens):
         for t in set(toks):
             blocks[t].append(i)
-    pairs = set()
+    n, pairs = len(keys), set()
     for i, toks in enumerate(tokens):
         long_tokens = [t for t in toks if len(t) >= 3]
         if not long_tokens or len(toks) > 4:
@@ -36,26 +37,26 @@ def token_pairs(keys: list[str], max_block: int) -> set[tuple[int, int]]:
             continue
         for j in block:
             if j != i and len(tokens[j]) > len(toks) and contained(tuple(toks), tuple(tokens[j])):
-                pairs.add((min(i, j), max(i, j)))
-    return pairs
+                pairs.add(min(i, j) * n + max(i, j))
+    return np.array(sorted(pairs), dtype=np.int64)
 
 
-def vector_pairs(vectors: np.ndarray, k: int, min_cosine: float, engine: str) -> set[tuple[int, int]]:
+def vector_pairs(vectors: np.ndarray, k: int, min_cosine: float, engine: str) -> np.ndarray:
     return pairs_above(*neighbours(vectors, k, engine), min_cosine)
 
 
-def pairs_above(scores: np.ndarray, idx: np.ndarray, min_cosine: float) -> set[tuple[int, int]]:
-    """{(i, j), i < j} of a neighbour search's rows and hits scoring at least `min_cosine`."""
+def pairs_above(scores: np.ndarray, idx: np.ndarray, min_cosine: float) -> np.ndarray:
+    """Sorted codes i * n + j, i < j, of a neighbour search's rows and hits scoring at least
+    `min_cosine` (n rows searched)."""
     rows, cols = np.nonzero((scores >= min_cosine) & (idx >= 0))
-    js = idx[rows, cols]
-    n = max(len(scores), 1)
-    codes = np.unique(np.minimum(rows, js) * n + np.maximum(rows, js))  # each pair once, in numpy
-    return set(zip((codes // n).tolist(), (codes % n).tolist()))
+    js = idx[rows, cols].astype(np.int64)
+    return np.unique(np.minimum(rows, js) * len(scores) + np.maximum(rows, js))
 
 
-def candidate_pairs(keys: list[str], config, embeddings: np.ndarray | None = None) -> dict[str, set[tuple[int, int]]]:
-    """{generator: {(i, j), i < j}} over indices into `keys` (sorted, so the same keys give the
-    same pairs whatever order the mentions came in)."""
+def candidate_pairs(keys: list[str], config, embeddings: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """{generator: sorted codes i * len(keys) + j, i < j} over indices into `keys` (sorted, so the
+    same keys give the same pairs whatever order the mentions came in). Codes, not tuples: a
+    145k-chunk index has hundreds of thousands of candidates, merged and filtered in numpy."""
     out = {"tokens": token_pairs(keys, config.max_block)}
     out["ngrams"] = vector_pairs(ngram_vectors(keys, config.ngram_dim), config.neighbours_k, config.min_ngram_cosine, config.ann_engine)
     if embeddings is not None:

@@ -19,7 +19,7 @@ Adjudicator = Callable[[list[tuple[PairEvidence, KeyProfile, KeyProfile]]], dict
 def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
               embed: Callable[[list[str]], np.ndarray] | None = None,
               adjudicate: Adjudicator | None = None, memo: dict | None = None,
-              candidates: dict[str, set[tuple[int, int]]] | None = None,
+              candidates: dict[str, np.ndarray] | None = None,
               settled: np.ndarray | None = None) -> tuple[dict[str, str], dict, dict]:
     """({key: cluster label}, {(a, b): (evidence, how)} for accepted pairs, stats). `memo`:
     {(a, b): evidence} of pairs whose profiles did not change since they were scored, filled with
@@ -39,15 +39,13 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
         generated = candidate_pairs(keys, config, vectors)
         if candidates is not None:
             candidates.update(generated)
-    pairs = sorted(set().union(*generated.values()))
+    pairs = np.unique(np.concatenate([np.empty(0, np.int64), *generated.values()]))  # in (i, j) order
     to_score = pairs
-    if settled is not None and len(settled) and pairs:
-        ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-        codes = ends[:, 0] * len(keys) + ends[:, 1]
-        at = np.minimum(np.searchsorted(settled, codes), len(settled) - 1)
-        to_score = [p for p, done in zip(pairs, (settled[at] == codes).tolist()) if not done]
+    if settled is not None and len(settled) and len(pairs):
+        to_score = pairs[~np.isin(pairs, settled, assume_unique=True)]
     accepted, borderline, contained_pairs = {}, [], []
-    for i, j in to_score:
+    n = len(keys)
+    for i, j in zip((to_score // n).tolist(), (to_score % n).tolist()):
         e = scorer(keys[i], keys[j])
         if e.contained and e.score >= config.borderline_threshold:
             contained_pairs.append(e)

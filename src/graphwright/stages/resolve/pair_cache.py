@@ -114,20 +114,22 @@ def keys_digest(keys: list[str]) -> str:
     return h.hexdigest()
 
 
-def candidates_from(table: pa.Table | None, keys: list[str]) -> dict[str, set[tuple[int, int]]]:
-    """The stored candidate pairs, if they were generated for exactly these keys by this version
-    of the generators; else {}."""
+def candidates_from(table: pa.Table | None, keys: list[str]) -> dict[str, np.ndarray]:
+    """The stored candidate pairs (as candidate_pairs gives them), if they were generated for
+    exactly these keys by this version of the generators; else {}."""
     if table is None or not table.num_rows or table.schema.metadata is None \
             or table.schema.metadata.get(b"keys") != keys_digest(keys).encode():
         return {}
-    out: dict[str, set[tuple[int, int]]] = {g: set() for g in table.schema.metadata[b"generators"].decode().split(",") if g}
-    for g, i, j in zip(*(table.column(c).to_pylist() for c in ("generator", "i", "j"))):
-        out.setdefault(g, set()).add((i, j))
-    return out
+    generator = table.column("generator").to_numpy(zero_copy_only=False)
+    codes = np.asarray(table.column("i"), dtype=np.int64) * len(keys) + np.asarray(table.column("j"), dtype=np.int64)
+    names = [g for g in table.schema.metadata[b"generators"].decode().split(",") if g]
+    return {g: np.unique(codes[generator == g]) for g in dict.fromkeys([*names, *np.unique(generator).tolist()])}
 
 
-def candidates_table(candidates: dict[str, set[tuple[int, int]]], keys: list[str]) -> pa.Table:
-    rows = [(g, i, j) for g, pairs in candidates.items() for i, j in pairs]
-    table = pa.table({"generator": pa.array([r[0] for r in rows], pa.string()),
-                      "i": pa.array([r[1] for r in rows], pa.int64()), "j": pa.array([r[2] for r in rows], pa.int64())})
+def candidates_table(candidates: dict[str, np.ndarray], keys: list[str]) -> pa.Table:
+    n = max(len(keys), 1)
+    codes = [np.asarray(c, dtype=np.int64) for c in candidates.values()]
+    every = np.concatenate([np.empty(0, np.int64), *codes])
+    table = pa.table({"generator": pa.array(np.repeat(list(candidates), [len(c) for c in codes]).tolist() if codes else [], pa.string()),
+                      "i": pa.array(every // n, pa.int64()), "j": pa.array(every % n, pa.int64())})
     return table.replace_schema_metadata({"keys": keys_digest(keys), "generators": ",".join(sorted(candidates))})
