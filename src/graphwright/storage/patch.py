@@ -157,14 +157,14 @@ def distinct_per_file(store, name: str, column: str) -> dict[str, pa.Array]:
 def read_partition(store, name: str, columns: list[str], partition: dict[str, str], key: str) -> tuple[pa.Table, dict[str, pa.Array]]:
     """`columns` of the rows of one partition of the current version, read file by file, and the
     distinct values of `key` in each file: what delete_matching is handed as `known`, so that
-    deleting some of these rows does not read every file of the partition again."""
+    deleting some of these rows does not read every file of the partition again. Files are read
+    a few at a time: on an object store each is a request of its own."""
     schema = contracts.schema(name).arrow
-    parts, known = [pa.schema([schema.field(c).with_nullable(True) for c in columns]).empty_table()], {}
-    for path, _, values in _data_files(store, name):
-        if all(values.get(c) == v for c, v in partition.items()):
-            parts.append(read_data_file(store, name, path, columns))
-            known[path] = pc.unique(parts[-1].column(key).combine_chunks())
-    return pa.concat_tables(parts), known
+    paths = [path for path, _, values in _data_files(store, name) if all(values.get(c) == v for c, v in partition.items())]
+    with ThreadPoolExecutor(4, thread_name_prefix=f"read-{name}") as pool:
+        parts = list(pool.map(lambda path: read_data_file(store, name, path, columns), paths))
+    known = {path: pc.unique(part.column(key).combine_chunks()) for path, part in zip(paths, parts)}
+    return pa.concat_tables([pa.schema([schema.field(c).with_nullable(True) for c in columns]).empty_table(), *parts]), known
 
 
 def delete_matching(store, name: str, column: str, values, where: dict[str, str] | None = None,
