@@ -267,3 +267,13 @@ def test_code_sets_overlap_like_python_sets():
         x, y = (np.unique(rng.integers(0, 30, rng.integers(0, 12))).astype(np.int32) for _ in range(2))
         assert overlap(CodeSet(x), CodeSet(y)) == overlap(set(x.tolist()), set(y.tolist()))
         assert all((int(v) in CodeSet(x)) == (int(v) in set(x.tolist())) for v in range(30))
+
+
+def test_an_embedder_that_returns_the_wrong_number_of_vectors_is_an_error_not_wrong_pairs():
+    from graphwright.config import ResolveConfig
+    from graphwright.stages.resolve.linking import link_keys
+    from graphwright.stages.resolve.scoring import KeyProfile
+
+    profiles = {k: KeyProfile(k) for k in ("marley", "marly", "scrooge")}
+    with pytest.raises(ValueError, match="2 vectors for 3 name keys"):
+        link_keys(profiles, ResolveConfig(embeddings=True), embed=lambda texts: np.eye(2, 8, dtype=np.float32))

@@ -17,6 +17,7 @@ import numpy as np
 
 from graphwright.engines.vectors.neighbours import neighbours, ngram_vectors
 from graphwright.stages.resolve.scoring import contained
+from graphwright.util.numeric import unique
 
 
 def token_pairs(keys: list[str], max_block: int) -> np.ndarray:
@@ -50,7 +51,7 @@ def pairs_above(scores: np.ndarray, idx: np.ndarray, min_cosine: float) -> np.nd
     `min_cosine` (n rows searched)."""
     rows, cols = np.nonzero((scores >= min_cosine) & (idx >= 0))
     js = idx[rows, cols].astype(np.int64)
-    return np.unique(np.minimum(rows, js) * len(scores) + np.maximum(rows, js))
+    return unique(np.minimum(rows, js) * len(scores) + np.maximum(rows, js))
 
 
 def candidate_pairs(keys: list[str], config, embeddings: np.ndarray | None = None) -> dict[str, np.ndarray]:

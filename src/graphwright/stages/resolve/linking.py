@@ -12,6 +12,7 @@ from graphwright.config import ResolveConfig
 from graphwright.stages.resolve.candidates import candidate_pairs
 from graphwright.stages.resolve.clusters import coherent_clusters
 from graphwright.stages.resolve.scoring import KeyProfile, PairEvidence, PairScorer
+from graphwright.util.numeric import unique
 
 Adjudicator = Callable[[list[tuple[PairEvidence, KeyProfile, KeyProfile]]], dict[tuple[str, str], bool]]
 
@@ -29,6 +30,8 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
     borderline threshold (their profiles did not change), which are not scored again."""
     keys = sorted(profiles)
     vectors = embed([profiles[k].text for k in keys]) if embed is not None and keys else None
+    if vectors is not None and len(vectors) != len(keys):  # the pairs' codes are i * len(keys) + j
+        raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(keys)} name keys")
     scorer = PairScorer(profiles, dict(zip(keys, vectors)) if vectors is not None else None)
     if memo is not None:
         memo.update(scorer._memo)
@@ -39,7 +42,7 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
         generated = candidate_pairs(keys, config, vectors)
         if candidates is not None:
             candidates.update(generated)
-    pairs = np.unique(np.concatenate([np.empty(0, np.int64), *generated.values()]))  # in (i, j) order
+    pairs = unique(np.concatenate([np.empty(0, np.int64), *generated.values()]))  # in (i, j) order
     to_score = pairs
     if settled is not None and len(settled) and len(pairs):
         to_score = pairs[~np.isin(pairs, settled, assume_unique=True)]

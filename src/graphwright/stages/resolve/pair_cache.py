@@ -123,7 +123,7 @@ def candidates_from(table: pa.Table | None, keys: list[str]) -> dict[str, np.nda
     generator = table.column("generator").to_numpy(zero_copy_only=False)
     codes = np.asarray(table.column("i"), dtype=np.int64) * len(keys) + np.asarray(table.column("j"), dtype=np.int64)
     names = [g for g in table.schema.metadata[b"generators"].decode().split(",") if g]
-    return {g: np.unique(codes[generator == g]) for g in dict.fromkeys([*names, *np.unique(generator).tolist()])}
+    return {g: unique(codes[generator == g]) for g in dict.fromkeys([*names, *np.unique(generator).tolist()])}
 
 
 def candidates_table(candidates: dict[str, np.ndarray], keys: list[str]) -> pa.Table:
