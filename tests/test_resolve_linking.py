@@ -270,7 +270,6 @@ def test_code_sets_overlap_like_python_sets():
 
 
 def test_an_embedder_that_returns_the_wrong_number_of_vectors_is_an_error_not_wrong_pairs():
-    from graphwright.config import ResolveConfig
     from graphwright.stages.resolve.linking import link_keys
     from graphwright.stages.resolve.scoring import KeyProfile
 

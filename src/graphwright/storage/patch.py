@@ -150,8 +150,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
 def distinct_per_file(store, name: str, column: str) -> dict[str, pa.Array]:
     """The distinct values of `column` in each data file of the table's current version: what a
     stage that reads them anyway hands delete_matching, so that the files are not read twice."""
-    return {path: pc.unique(read_data_file(store, name, path, [column]).column(column).combine_chunks())
-            for path, _ in data_files(store, name)}
+    return read_partition(store, name, [column], {}, column)[1]
 
 
 def read_partition(store, name: str, columns: list[str], partition: dict[str, str], key: str) -> tuple[pa.Table, dict[str, pa.Array]]:
