@@ -191,3 +191,28 @@ def test_units_keep_the_graph_modularity():
         labels = rng.integers(0, 4, units.count)
         assert modularity(units.count, r_edges, r_weights, labels) == pytest.approx(
             modularity(n, edges, weights, labels[units.unit]), abs=1e-12)
+
+
+def test_the_fresh_top_level_of_a_large_graph_runs_in_a_process_when_the_engine_holds_the_gil(monkeypatch):
+    """igraph keeps the GIL (and its RNG lock) through a partition: beside the update's own
+    partitions it must run in a process, with the labels a thread would give."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    from graphwright.stages.cluster import update
+    from graphwright.stages.cluster.incremental import fresh_top
+
+    engine = make_engine("igraph")
+    n, edges, weights = planted([12, 12, 12], 0.6, 0.02, seed=5)
+    assert isinstance(update._beside(engine, len(edges), True), ThreadPoolExecutor)  # small: not worth a process
+    monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 1)
+    assert isinstance(update._beside(make_engine("leidenalg"), len(edges), False), ThreadPoolExecutor)  # not wanted
+    expected = fresh_top(n, edges, weights, CONFIG, engine)
+    with update._beside(engine, len(edges), True) as side:
+        assert isinstance(side, ProcessPoolExecutor)
+        assert np.array_equal(update._fresh_top_of(side, n, edges, weights, CONFIG, engine)(), expected)
+
+    class Broken:
+        def submit(self, *args):
+            raise BrokenProcessPool("gone")
+    assert np.array_equal(update._fresh_top_of(Broken(), n, edges, weights, CONFIG, engine)(), expected)

@@ -86,3 +86,22 @@ def test_a_chunk_index_follows_a_retitled_document_and_a_deleted_chunk(tmp_path)
     assert updated == write_kind(fresh, "chunk", None)
     got = rows(store, updated)
     assert got == rows(fresh, updated) and sorted(got) == ["c1", "c3", "c4"] and got["c3"]["title"] == "Assembly"
+
+
+def test_an_update_merges_its_new_items_into_the_sorted_list_as_a_sort_would():
+    """merged: the kept items (sorted, as written) and the new ones in one list sorted by id,
+    without sorting the kept ones again; ids of mixed lengths or a list out of order are sorted."""
+    import random
+
+    from graphwright.stages.embed.lexical import merged
+
+    rng = random.Random(3)
+    pool = sorted({f"{rng.getrandbits(96):024x}" for _ in range(400)})
+
+    def table(values):
+        return pa.table({"item_id": pa.array(values, pa.string()), "row_hash": pa.array([v[::-1] for v in values], pa.string())})
+
+    for kept_ids, new_ids in ((pool[::2], pool[1::2][::-1]), (pool, []), ([], pool[:5]), (pool[:3] + pool[-3:], pool[3:10]),
+                              (pool[::3], ["zz", "a"]), (pool[10::-1], pool[20:25])):
+        out = merged(table(kept_ids), table(new_ids))
+        assert out.to_pylist() == table(sorted(kept_ids + new_ids)).to_pylist()

@@ -346,3 +346,36 @@ def test_the_thread_done_first_takes_the_vector_indexes_left(monkeypatch):
     files, _ = search_files.write_index_files(None, cfg, "model", kinds, {})
     assert files == {**{k: f"vectors/{k}" for k in kinds}, "lexical:chunk": "lexical/chunk", "graph": "graph/meta.json"}
     assert len(set(by_thread.values())) == 1  # all on the graph's thread, while the lexical indexes were built
+
+
+def test_the_passage_graph_equals_its_reference_one_argsort_over_every_entry(versions):
+    """The graph sorts its mention entries as bare keys and the entity-to-entity ones with their
+    weights, then merges them: the arrays are those of one stable argsort over every entry, added
+    as relationships, synonyms (a relationship first where both join two entities), then mentions."""
+    from graphwright.stages.embed import passage_graph
+
+    store = IndexStore(versions[2])
+    synonyms = load_manifest(store)["vector_indexes"].get("synonyms")
+    pairs = read_synonyms(store.files, synonyms)
+    assert pairs is not None and pairs.num_rows  # the order of synonym against relationship entries is exercised
+    entity_keys, chunk_keys = passage_graph.node_keys(store)
+    built, meta = passage_graph.build(store, synonyms, (entity_keys, chunk_keys))
+    n_e = len(entity_keys)
+    n = n_e + len(chunk_keys)
+    codes = {k: i for i, k in enumerate(entity_keys.to_pylist())}
+    rel = store.read("relationships", columns=["source_id", "target_id", "weight"]).to_pylist()
+    entries = []  # (src, dst, weight, kind), in the order they are added
+    for rows, a, b, w, kind in ((rel, "source_id", "target_id", "weight", RELATIONSHIP),
+                                (pairs.to_pylist(), "entity_id", "other_id", "similarity", SYNONYM)):
+        for r in rows:
+            entries += [(codes[r[a]], codes[r[b]], r[w], kind), (codes[r[b]], codes[r[a]], r[w], kind)]
+    owner, chunk = passage_graph.mention_pairs(store, entity_keys, chunk_keys)
+    for e, c in zip(owner.tolist(), chunk.tolist()):
+        entries += [(e, n_e + c, 1.0, MENTION), (n_e + c, e, 1.0, MENTION)]
+    entries.sort(key=lambda t: t[0] * n + t[1])  # stable
+    assert meta["entries"] == len(entries)
+    assert built["indices"].tolist() == [t[1] for t in entries]
+    assert built["kinds"].tolist() == [t[3] for t in entries]
+    assert np.allclose(built["weights"], np.array([t[2] for t in entries], np.float32))
+    assert built["indptr"].tolist() == np.r_[0, np.cumsum(np.bincount([t[0] for t in entries], minlength=n))].tolist()
+    assert built["chunk_counts"].tolist() == np.bincount(owner, minlength=n_e).tolist()

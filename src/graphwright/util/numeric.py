@@ -102,3 +102,22 @@ def in_runs(batches: Iterable, size: Callable[[object], int], values: int = RUN_
             run, n = [], 0
     if run:
         yield run
+
+
+def fixed_bytes(values) -> np.ndarray | None:
+    """Strings of one length (content hashes) as a numpy bytes array cut from the Arrow data
+    buffer, which numpy sorts and searches without a Python object per value; None when they
+    differ in length, hold a null, or end in a zero byte (which numpy drops)."""
+    values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    values = values.cast(pa.string())
+    if values.null_count or not len(values):
+        return None if values.null_count else np.zeros(0, dtype="S1")
+    lengths = to_numpy(pc.binary_length(values), np.int64)
+    width = int(lengths.max())
+    if int(lengths.min()) != width or width == 0:
+        return None
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=len(values) + 1, offset=values.offset * 4)
+    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    if not np.all(data.reshape(-1, width)[:, -1]):  # a value ending in a zero byte
+        return None
+    return data.view(f"S{width}").copy()

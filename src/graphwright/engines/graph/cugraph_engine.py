@@ -31,6 +31,7 @@ MAX_LEVEL = 100  # cugraph.leiden's default max_iter
 class CugraphEngine:
     name = "cugraph"
     batches_groups = True
+    holds_gil = False  # below gpu_min_edges it is igraph, but a graph that small is done in a thread
 
     def __init__(self, gpu_min_edges: int = 100_000):
         self.gpu_min_edges = gpu_min_edges

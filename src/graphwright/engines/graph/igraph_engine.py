@@ -32,6 +32,7 @@ class IgraphEngine:
 
     name = "igraph"
     batches_groups = True  # `partition` takes `groups`: one Leiden run per level of the hierarchy
+    holds_gil = True  # and its RNG is Python's `random`, behind _RANDOM: one partition at a time per process
 
     def partition(self, n: int, edges: np.ndarray, weights: np.ndarray, *, resolution: float, seed: int,
                   n_iterations: int, initial: np.ndarray | None = None, groups: np.ndarray | None = None,

@@ -12,6 +12,7 @@ class LeidenalgEngine:
     graph per call: `groups` are handled by `partition_groups`, one call per graph."""
 
     name = "leidenalg"
+    holds_gil = True
 
     def partition(self, n, edges, weights, *, resolution, seed, n_iterations, initial=None):
         import leidenalg

@@ -102,7 +102,7 @@ def write_version(files, kind: str, digest: str, previous: str | None, deletes: 
             if name not in already:
                 files.write_file(f"{pool}/{name}", folder / name)
         sink = pa.BufferOutputStream()
-        pq.write_table(items, sink)
+        pq.write_table(items, sink, compression="none", use_dictionary=False)  # hashes: snappy saved 17% in 4x the time
         files.write_bytes(ids_path(relative), sink.getvalue().to_pybytes())
         version = {"engine": ENGINE, "analyzer": tantivy_engine.ANALYZER_VERSION, "kind": kind, "items": items.num_rows,
                    "files": used, "meta": (folder / "meta.json").read_text(), "managed": (folder / ".managed.json").read_text(),

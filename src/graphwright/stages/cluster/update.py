@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import pyarrow as pa
@@ -12,7 +13,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.cluster.communities import ChunkLists, entity_positions
-from graphwright.stages.cluster.hierarchy import _pool, listing
+from graphwright.stages.cluster.hierarchy import _pool, _start_pool, listing
 from graphwright.stages.cluster.incremental import (fresh_top, graph_changes, graph_digest, graph_sum, incremental_levels,
                                                     previous_levels)
 from graphwright.stages.resolve.pair_cache import stable_hashes
@@ -21,6 +22,7 @@ from graphwright.storage.patch import patch_table
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
 STATE = "state/cluster"
+FRESH_PROCESS_EDGES = 1_000_000  # at 145k chunks (428k edges) the fresh Leiden takes about as long as a process start
 
 
 def current_graph(store) -> tuple[list[str], np.ndarray, np.ndarray, pa.Table]:
@@ -102,12 +104,43 @@ def cluster_update(store, config, engine, workers: int, usage: dict, graph=None)
     n = len(entity_ids)
     touched, changed_new, changed_old, new_nodes = graph_changes(
         old["entity_ids"], old["edges"].astype(np.int64), old["weights"], entity_ids, edges, weights)
-    # the quality check's fresh top level (one cold Leiden, 3.8 s at 1.2M chunks) runs in a thread
-    # while the previous hierarchy and the chunk digests are read
-    with ThreadPoolExecutor(1, thread_name_prefix="fresh-top") as side:
-        fresh = side.submit(fresh_top, n, edges, weights, config, engine) if config.refresh_gain is not None and touched.any() else None
+    wanted = config.refresh_gain is not None and bool(touched.any())
+    with _beside(engine, len(edges), wanted) as side:
+        fresh = _fresh_top_of(side, n, edges, weights, config, engine) if wanted else None
         return _update(store, config, engine, workers, usage, old, entity_ids, edges, weights, relationships,
                        touched, changed_new, changed_old, fresh)
+
+
+def _beside(engine, edges: int, wanted: bool):
+    """Where the quality check's fresh top level (one cold Leiden: 4.6 s of CPU at 1.2M chunks)
+    runs while the update reads the previous hierarchy and re-partitions what changed. An engine
+    that holds the GIL (igraph) in a thread would stall the driver, and its partitions queue
+    behind one lock: from FRESH_PROCESS_EDGES up it gets a process of its own (starting one costs
+    about 1.3 s of the other core)."""
+    if wanted and getattr(engine, "holds_gil", False) and edges >= FRESH_PROCESS_EDGES:
+        try:
+            return _start_pool(1)
+        except (OSError, ValueError):  # no processes here: a thread, as below
+            pass
+    return ThreadPoolExecutor(1, thread_name_prefix="fresh-top")
+
+
+def _fresh_top_of(side, n, edges, weights, config, engine):
+    """A function giving fresh_top's labels, started on `side` now; computed on the driver should
+    its process fail to start or die."""
+    try:
+        future = side.submit(fresh_top, n, edges, weights, config, engine)
+    except (OSError, RuntimeError, BrokenProcessPool):
+        future = None
+
+    def result():
+        if future is not None:
+            try:
+                return future.result()
+            except BrokenProcessPool:
+                pass
+        return fresh_top(n, edges, weights, config, engine)
+    return result
 
 
 def _update(store, config, engine, workers, usage, old, entity_ids, edges, weights, relationships,
@@ -122,7 +155,7 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     prev = previous_levels(previous, entity_ids)
     with _pool(workers, len(edges), lazy=True) as pool:
         levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage,
-                                           fresh=fresh.result if fresh else None)
+                                           fresh=fresh)
     communities = listing(levels)
     members = [[entity_ids[i] for i in c.members] for c in communities]
     cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
