@@ -216,3 +216,17 @@ def test_the_fresh_top_level_of_a_large_graph_runs_in_a_process_when_the_engine_
         def submit(self, *args):
             raise BrokenProcessPool("gone")
     assert np.array_equal(update._fresh_top_of(Broken(), n, edges, weights, CONFIG, engine)(), expected)
+
+
+def test_an_update_that_will_want_the_process_starts_its_forkserver_before_reading_the_graph(monkeypatch):
+    from graphwright.stages.cluster import update
+
+    started = []
+    monkeypatch.setattr(update, "start_forkserver", lambda: started.append(True))
+    monkeypatch.setattr(update, "data_files", lambda store, name: [("part-0.parquet", 600_000), ("part-1.parquet", 500_000)])
+    update.prepare(None, CONFIG.model_copy(update={"refresh_gain": None}), make_engine("igraph"))  # no fresh top level
+    update.prepare(None, CONFIG, make_engine("igraph"))
+    assert started == [True]
+    monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 2_000_000)
+    update.prepare(None, CONFIG, make_engine("igraph"))  # too small to repay a process
+    assert started == [True]

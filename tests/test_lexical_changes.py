@@ -88,20 +88,39 @@ def test_a_chunk_index_follows_a_retitled_document_and_a_deleted_chunk(tmp_path)
     assert got == rows(fresh, updated) and sorted(got) == ["c1", "c3", "c4"] and got["c3"]["title"] == "Assembly"
 
 
-def test_an_update_merges_its_new_items_into_the_sorted_list_as_a_sort_would():
-    """merged: the kept items (sorted, as written) and the new ones in one list sorted by id,
-    without sorting the kept ones again; ids of mixed lengths or a list out of order are sorted."""
+def test_an_item_list_brought_up_to_date_by_sorted_search_equals_one_by_hash_lookups(monkeypatch):
+    """item_lists.updated searches content-hash ids in the sorted list; ids of mixed lengths, or a
+    list out of order, take hash lookups and a sort. Both give the same list, changed rows and
+    removed ids."""
     import random
 
-    from graphwright.stages.embed.lexical import merged
+    from graphwright.stages.embed import item_lists
 
     rng = random.Random(3)
     pool = sorted({f"{rng.getrandbits(96):024x}" for _ in range(400)})
 
-    def table(values):
-        return pa.table({"item_id": pa.array(values, pa.string()), "row_hash": pa.array([v[::-1] for v in values], pa.string())})
+    def table(values, salt=""):
+        return pa.table({"item_id": pa.array(values, pa.string()),
+                         "row_hash": pa.array([v[::-1] + salt for v in values], pa.string())})
 
-    for kept_ids, new_ids in ((pool[::2], pool[1::2][::-1]), (pool, []), ([], pool[:5]), (pool[:3] + pool[-3:], pool[3:10]),
-                              (pool[::3], ["zz", "a"]), (pool[10::-1], pool[20:25])):
-        out = merged(table(kept_ids), table(new_ids))
-        assert out.to_pylist() == table(sorted(kept_ids + new_ids)).to_pylist()
+    before = table(pool[::2])
+    cases = [
+        (table(pool[1::2][::-1]), pool[:0]),  # new items only, unsorted
+        (pa.concat_tables([table(pool[:40:2], "x"), table(pool[100:120:2]), table(pool[1:30:2])]), pool[200:260:2]),
+        (table([]), pool[::4]),  # deletions only
+        (table(pool[::2]), []),  # nothing changed
+        (table(["a", pool[3]]), pool[:4:2]),  # an id of another length: hash lookups
+    ]
+    by_hashing, hashed = item_lists._by_hashing, []
+    monkeypatch.setattr(item_lists, "_by_hashing", lambda *a: hashed.append(1) or by_hashing(*a))
+    for i, (fresh, deleted) in enumerate(cases):
+        for kept in (before, before.take(pa.array(list(range(len(pool[::2])))[::-1]))):  # in order, and out of it
+            hashed.clear()
+            got = item_lists.updated(kept, fresh, pa.array(deleted, pa.string()))
+            assert bool(hashed) == (kept is not before or i == len(cases) - 1)  # sorted search where it can
+            want = by_hashing(kept, fresh, pa.array(deleted, pa.string()))
+            assert got[0].to_pylist() == want[0].to_pylist() == sorted(got[0].to_pylist(), key=lambda r: r["item_id"])
+            assert sorted(got[1].to_pylist(), key=str) == sorted(want[1].to_pylist(), key=str)
+            assert sorted(got[2].to_pylist()) == sorted(want[2].to_pylist())
+    merged = item_lists.merged(table(pool[::3]), table(["zz", "a"]))  # mixed lengths: sorted whole
+    assert merged.column("item_id").to_pylist() == sorted(pool[::3] + ["zz", "a"])

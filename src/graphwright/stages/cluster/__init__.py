@@ -11,7 +11,7 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.communities import ChunkLists, cluster_parts
 from graphwright.stages.cluster.incremental import graph_digest, graph_sum
-from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, rewrite_layout, save_state
+from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, prepare, rewrite_layout, save_state
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage.memo import StageMemo
 from graphwright.storage.patch import retired_columns
@@ -37,9 +37,11 @@ def _cluster(run, m: dict) -> dict:
     usage = {"worker_cpu_s": 0.0}
     workers = driver_cores(run.config.execution)
     engine = make_engine(cfg.engine)
+    incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
+    if incremental:
+        prepare(store, cfg, engine)
     graph = current_graph(store)
     entity_ids, edges, weights, relationships = graph
-    incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
     retired = retired_columns(store, "communities")  # an older layout (chunk lists): written whole once, then patched
     if retired:
         rewrite_layout(store, entity_ids)

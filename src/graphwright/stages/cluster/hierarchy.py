@@ -220,10 +220,24 @@ def _pool(workers: int, edges: int, lazy: bool = False):
 
 
 def _start_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(workers, mp_context=_context())
+
+
+def _context():
     # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["graphwright.stages.cluster.hierarchy", "igraph"])
-    return ProcessPoolExecutor(workers, mp_context=context)
+    return context
+
+
+def start_forkserver() -> None:
+    """Start the pools' forkserver and its preload (1 s) in the background, so that a pool
+    started later forks at once: its first submit would wait for them."""
+    import threading
+    from multiprocessing import forkserver
+
+    _context()
+    threading.Thread(target=forkserver.ensure_running, name="forkserver-start", daemon=True).start()
 
 
 class _LazyPool:

@@ -13,12 +13,12 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.cluster.communities import ChunkLists, entity_positions
-from graphwright.stages.cluster.hierarchy import _pool, _start_pool, listing
+from graphwright.stages.cluster.hierarchy import _pool, _start_pool, listing, start_forkserver
 from graphwright.stages.cluster.incremental import (fresh_top, graph_changes, graph_digest, graph_sum, incremental_levels,
                                                     previous_levels)
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage import contracts
-from graphwright.storage.patch import patch_table
+from graphwright.storage.patch import data_files, patch_table
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
 STATE = "state/cluster"
@@ -109,6 +109,13 @@ def cluster_update(store, config, engine, workers: int, usage: dict, graph=None)
         fresh = _fresh_top_of(side, n, edges, weights, config, engine) if wanted else None
         return _update(store, config, engine, workers, usage, old, entity_ids, edges, weights, relationships,
                        touched, changed_new, changed_old, fresh)
+
+
+def prepare(store, config, engine) -> None:
+    """Before the graph is read: start what _beside's process forks from, if it will be wanted."""
+    if (config.refresh_gain is not None and getattr(engine, "holds_gil", False)
+            and sum(n for _, n in data_files(store, "relationships")) >= FRESH_PROCESS_EDGES):
+        start_forkserver()
 
 
 def _beside(engine, edges: int, wanted: bool):
