@@ -230,3 +230,27 @@ def test_an_update_that_will_want_the_process_starts_its_forkserver_before_readi
     monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 2_000_000)
     update.prepare(None, CONFIG, make_engine("igraph"))  # too small to repay a process
     assert started == [True]
+
+
+@pytest.mark.parametrize("gain", [0.001, 5.0])
+def test_a_refresh_check_made_after_the_levels_gives_the_levels_of_the_check_made_inline(gain):
+    """cluster_update makes the units' levels first and checks them against the fresh top level
+    after (computed in a process meanwhile): kept or replaced, the levels and stats are those of
+    the check made where the units are partitioned."""
+    from graphwright.stages.cluster.incremental import checked_levels, fresh_top
+
+    engine = make_engine("igraph")
+    n, edges, weights = planted([40] * 10, 0.3, 0.004, seed=1)
+    ids = [f"e{i:04d}" for i in range(n)]
+    stale = [[(np.arange(k, n, 5), None, f"c{k}") for k in range(5)]]
+    touched, *_ = graph_changes(pa.array(ids), edges, weights, ids, edges, weights)
+    touched[[0, 41]] = True
+    config = CONFIG.model_copy(update={"refresh_gain": gain})
+    hashes = stable_hashes(ids)
+    inline, inline_stats = incremental_levels(n, edges, weights, config, engine, stale, touched, hashes)
+    asked = []
+    levels, stats = checked_levels(n, edges, weights, config, engine, stale, touched, hashes, None, None,
+                                   lambda: asked.append(1) or fresh_top(n, edges, weights, config, engine))
+    assert asked == [1] and inline_stats["refreshed"] == (gain < 1)
+    assert stats == inline_stats
+    assert [[(m.tolist(), p) for m, p in level] for level in levels] == [[(m.tolist(), p) for m, p in level] for level in inline]

@@ -442,3 +442,20 @@ def test_delete_matching_reads_only_the_files_whose_known_values_hold_one(store,
     monkeypatch.setattr(patch, "read_data_file", lambda s, n, path, c: (read.append(path), original(s, n, path, c))[1])
     assert patch.delete_matching(store, "documents", "doc_id", ["d0150"], known=known) == 1
     assert set(read) == {unknown, holder}
+
+
+def test_rows_in_scans_the_table_at_most_once_whatever_the_number_of_keys(tmp_path, monkeypatch):
+    """Each IN-list query reads the columns of the whole table: many keys are joined in one scan,
+    not asked a list at a time."""
+    store = IndexStore(tmp_path)
+    rows = [{"doc_id": f"d{i:04d}", "source_key": f"k{i}", "source": "s", "title": "t", "text": f"text {i}",
+             "content_hash": f"h{i}", "metadata": None, "n_chars": 6, "run_id": "r"} for i in range(2500)]
+    store.upsert("documents", pa.Table.from_pylist(rows))
+    queries = []
+    read = IndexStore.read
+    monkeypatch.setattr(IndexStore, "read", lambda self, *a, **kw: queries.append(kw.get("where")) or read(self, *a, **kw))
+    for n in (10, 400, 1500, 2500):
+        queries.clear()
+        got = store.rows_in("documents", "doc_id", [f"d{i:04d}" for i in range(n)], ["doc_id"])
+        assert got.num_rows == n
+        assert len([q for q in queries if q and " IN " in q]) <= 1

@@ -36,13 +36,13 @@ def sql_list(values) -> str:
     return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-IN_LIST_KEYS = 5000  # above this many keys, IndexStore.rows_in scans the table once instead
-# Every DELETE scans the table and rewrites each file holding a match, so fewer, longer IN lists
-# are faster: deleting 14k embeddings of a 1.2M-chunk index took 170 s in lists of 1000, 39 s in
-# lists of 5000 (bench/delete_batches.py). Not one list for all: delta-rs parses the predicate
-# recursively on the calling thread, and a list of 22k values overflowed an 8 MB stack (10k a
-# 2 MB one) and killed the process. A MERGE joined on the values held 11 GB to delete 7k chunks'
-# mentions.
+# above this many keys, rows_in joins them in one scan: an IN-list query reads the whole table (at 1.2M
+IN_LIST_KEYS = 500  # chunks, the texts of 200 / 1000 / 5000 chunks: 0.4 / 1.1 / 5.3 s by IN-list, 0.7 / 0.7 / 0.8 s by join)
+# Every DELETE scans the table and rewrites each file holding a match, so fewer, longer IN lists are
+# faster: deleting 14k embeddings of a 1.2M-chunk index took 170 s in lists of 1000, 39 s in lists of
+# 5000 (bench/delete_batches.py). Not one list for all: delta-rs parses the predicate recursively on
+# the calling thread, and a list of 22k values overflowed an 8 MB stack (10k a 2 MB one) and killed
+# the process. A MERGE joined on the values held 11 GB to delete 7k chunks' mentions.
 DELETE_IN_KEYS = 5000
 
 

@@ -106,25 +106,32 @@ def member_hashes(groups: list[np.ndarray], node_hash: np.ndarray) -> np.ndarray
 
 def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine, prev: list,
                        touched: np.ndarray, node_hash: np.ndarray, pool=None, usage: dict | None = None,
-                       fresh=None) -> tuple[list[list[tuple[np.ndarray, int | None]]], dict]:
+                       fresh=None, refresh: bool = True, given_top: np.ndarray | None = None,
+                       ) -> tuple[list[list[tuple[np.ndarray, int | None]]], dict]:
     """The hierarchy's levels (as hierarchy._levels gives them) re-partitioned only where the graph
     changed (module docstring): `touched` marks the ends of every changed edge and new nodes.
-    `fresh`, if given, returns fresh_top's labels (the caller may have started it beforehand)."""
+    `fresh`, if given, returns fresh_top's labels (the caller may have started it beforehand).
+    `refresh=False`: the units' top level is kept unchecked (checked_levels checks it after);
+    `given_top`: the top level's labels, taken as they are."""
     options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
     strength = np.bincount(edges[:, 0], weights, n) + np.bincount(edges[:, 1], weights, n) if len(edges) else np.zeros(n)
     stats = {"top_communities_kept": 0, "top_communities_repartitioned": 0, "subtrees_reused": 0, "splits": 0,
-             "units_partitioned": 0}
+             "units_partitioned": 0, "top_units": 0}
     prev0 = prev[0] if prev else []
     old = _labels(prev0, n)
-    if (touched | (old < 0)).any():
+    if given_top is not None:
+        top = _relabel(given_top)
+    elif (touched | (old < 0)).any():
         units = Units.of(old, touched, np.zeros(n, np.int64))
         r_edges, r_weights = units.graph(edges, weights)
         labels = engine.partition(units.count, r_edges, r_weights, seed=config.seed, initial=units.initial,
                                   strength=np.bincount(units.unit, strength, units.count), total=float(strength.sum()), **options)
-        labels = _refreshed(n, edges, weights, labels[units.unit], config, stats,
-                            fresh or (lambda: fresh_top(n, edges, weights, config, engine)))
+        labels = labels[units.unit]
+        if refresh:
+            labels = _refreshed(n, edges, weights, labels, config, stats, fresh or (lambda: fresh_top(n, edges, weights, config, engine)))
         top = _relabel(labels)
         stats["units_partitioned"] += units.count
+        stats["top_units"] = units.count
     else:
         top = [m for m, _, _ in prev0 if len(m)]
     levels: list[list[tuple[np.ndarray, int | None]]] = [[(m, None) for m in top]]
@@ -173,6 +180,33 @@ def fresh_top(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterCon
     build runs it."""
     return engine.partition(n, *sorted_edges(n, edges, weights), seed=config.seed,
                             resolution=config.resolution, n_iterations=config.n_iterations)
+
+
+def checked_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine, prev: list,
+                   touched: np.ndarray, node_hash: np.ndarray, pool, usage: dict | None, fresh) -> tuple[list, dict]:
+    """incremental_levels, its refresh check made once the units' levels are all done: `fresh()`
+    (fresh_top, computed elsewhere meanwhile) is waited for last. Should the fresh top level win,
+    the levels below it are made again from it."""
+    levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage, refresh=False)
+    better = _checked_top(n, edges, weights, levels, config, stats, fresh)
+    if better is None:
+        return levels, stats
+    checked = {k: stats[k] for k in ("modularity_units", "modularity_fresh", "refreshed", "top_units")}
+    levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage, given_top=better)
+    stats.update(checked, units_partitioned=stats["units_partitioned"] + checked["top_units"])
+    return levels, stats
+
+
+def _checked_top(n: int, edges, weights, levels: list, config: ClusterConfig, stats: dict, fresh) -> np.ndarray | None:
+    """The fresh top level's labels if they are to replace the units' top level of `levels`
+    (incremental_levels(refresh=False)), else None."""
+    if not stats.get("top_units"):
+        return None  # the top level was not re-partitioned: nothing to check
+    labels = np.full(n, -1, np.int64)
+    for i, (members, _) in enumerate(levels[0]):
+        labels[members] = i
+    better = _refreshed(n, edges, weights, labels, config, stats, fresh)
+    return better if stats.get("refreshed") else None
 
 
 def _refreshed(n: int, edges, weights, labels: np.ndarray, config: ClusterConfig, stats: dict, fresh) -> np.ndarray:

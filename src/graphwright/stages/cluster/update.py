@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.cluster.communities import ChunkLists, entity_positions
 from graphwright.stages.cluster.hierarchy import _pool, _start_pool, listing, start_forkserver
-from graphwright.stages.cluster.incremental import (fresh_top, graph_changes, graph_digest, graph_sum, incremental_levels,
-                                                    previous_levels)
+from graphwright.stages.cluster.incremental import (checked_levels, fresh_top, graph_changes, graph_digest, graph_sum,
+                                                    incremental_levels, previous_levels)
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage import contracts
 from graphwright.storage.patch import data_files, patch_table
@@ -161,8 +161,10 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     previous = store.read("communities", columns=["community_id", "human_id", "level", "parent_id", "children_ids", "entity_ids"])
     prev = previous_levels(previous, entity_ids)
     with _pool(workers, len(edges), lazy=True) as pool:
-        levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage,
-                                           fresh=fresh)
+        if fresh is None:
+            levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage)
+        else:  # the fresh top level is on its way: the units' levels are made first, and checked after
+            levels, stats = checked_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage, fresh)
     communities = listing(levels)
     members = [[entity_ids[i] for i in c.members] for c in communities]
     cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
