@@ -192,3 +192,24 @@ def test_a_document_deleted_and_added_back_is_resolved_incrementally(tmp_path):
     assert details["linking"]["incremental"] is True
     assert details["linking"]["entities_rebuilt"] < details["entities"]
     _assert_equals_fresh(tmp_path, src, index, DOCS)
+
+
+def test_chunk_hashes_are_kept_between_runs_and_only_new_codes_are_hashed(monkeypatch):
+    """The key fingerprints hash every chunk id: the hashes of the codes a previous run saw are
+    taken from its state (a dictionary only grows); a state that is not of this dictionary is not."""
+    import numpy as np
+    import pyarrow as pa
+
+    from graphwright.stages.resolve import rows
+    from graphwright.stages.resolve.pair_cache import stable_hashes
+
+    values = [f"chunk-{i}" for i in range(50)]
+    full = stable_hashes(values)
+    hashed = []
+    monkeypatch.setattr(rows, "stable_hashes", lambda v: hashed.append(len(v)) or stable_hashes(v))
+    previous = pa.table({"rank": pa.array(range(40)), "hash": pa.array(full[:40])})
+    assert np.array_equal(rows.code_hashes(previous, values), full) and hashed == [1, 10]  # a check of the last, and 10 new
+    for stale in (pa.table({"rank": pa.array(range(40)), "hash": pa.array(full[1:41])}),  # not this dictionary's
+                  pa.table({"rank": pa.array(range(60)), "hash": pa.array(np.zeros(60, np.int64))}),  # a longer one
+                  pa.table({"rank": pa.array(range(40))}), None):  # a state from before the column
+        assert np.array_equal(rows.code_hashes(stale, values), full)

@@ -109,16 +109,32 @@ class IndexFiles:
         self.write_bytes(relative, sink.getvalue().to_pybytes())
 
     def read_arrays(self, relative: str) -> dict:
-        """The numpy arrays saved by write_arrays, by name."""
+        """The numpy arrays saved by write_arrays, by name. Those of an `.arrow` file are its
+        columns, a local file's memory-mapped: resolve loads 0.7 GB of them a run at 1.2M chunks,
+        in 0.1 s where the same arrays took 1.0-1.5 s from .npz files (a zip parsed per file)."""
         import numpy as np
 
-        with np.load(io.BytesIO(self.read_bytes(relative))) as z:
-            return {k: z[k] for k in z.files}
+        if not relative.endswith(".arrow"):
+            with np.load(io.BytesIO(self.read_bytes(relative))) as z:
+                return {k: z[k] for k in z.files}
+        import pyarrow as pa
+
+        local = not is_uri(self.location)
+        source = pa.memory_map(str(Path(self.location) / relative)) if local else pa.BufferReader(self.read_bytes(relative))
+        table = pa.ipc.open_file(source).read_all()
+        return {name: (column.chunk(0) if column.num_chunks == 1 else column).to_numpy() for name, column
+                in zip(table.column_names, table.columns)}
 
     def write_arrays(self, relative: str, **arrays) -> None:
-        """Numpy arrays as one .npz file (uncompressed), in one atomic put."""
+        """Numpy arrays in one atomic put: as the columns of an Arrow IPC file if `relative` ends
+        in `.arrow` (arrays of one length, without nulls), else as an .npz file (uncompressed)."""
         import numpy as np
 
+        if relative.endswith(".arrow"):
+            import pyarrow as pa
+
+            self.write_table(relative, pa.table({k: pa.array(np.asarray(v)) for k, v in arrays.items()}))
+            return
         sink = io.BytesIO()
         np.savez(sink, **arrays)
         self.write_bytes(relative, sink.getvalue())

@@ -38,6 +38,7 @@ from graphwright.stages.resolve.pair_cache import (
 from graphwright.stages.resolve.rows import (
     build_entities,
     chunk_ranks,
+    code_hashes,
     fingerprint_keys,
     net_change,
     order_kept,
@@ -111,7 +112,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
 
     label, accepted, stats = {k: k for k in keys}, {}, {"pairs_rescored": 0}
     cached = st.outputs.get("config") == config_id
-    pairs_table, cand_table = None, None
+    pairs_table, cand_table, chunk_hash = None, None, None
     if config.method == "linked" and len(keys) > 1:
         profiles = core._profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
         texts = None
@@ -123,7 +124,10 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             for i, k in enumerate(keys):
                 profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
             texts = [profiles[k].text for k in keys]
-        fp = fingerprint_keys(keys, profiles, chunk_names, texts)
+        chunk_hash = code_hashes(st.derived.get("chunk_rank"), chunks.values)
+        by_position = np.empty(len(chunk_hash), np.int64)
+        by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
+        fp = fingerprint_keys(keys, profiles, by_position, texts)
         cache = st.derived.get("pairs") if cached else None
         kept = valid_rows(cache, fp)
         # pairs whose names keep them below the borderline whatever the context stay settled too
@@ -230,8 +234,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         "keys": pa.table({"key": pa.array(keys, pa.string()), "canonical": pa.array([canonical[k] for k in keys], pa.string())}),
         "entities": pa.table({"canonical_key": pa.array(entity_keys, pa.string()), "entity_id": pa.array(entity_ids, pa.string()),
                               "name": pa.array(entity_names.tolist(), pa.string()), "degree": pa.array(degree, pa.int64())}),
-        "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64()),
-                                "used": pa.array(chunk_used, pa.bool_())}),
+        "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64()), "used": pa.array(chunk_used, pa.bool_()),
+                                **({"hash": pa.array(chunk_hash, pa.int64())} if chunk_hash is not None else {})}),
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
 

@@ -168,7 +168,7 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
         segments[table] = {}
         for path in adv.files:
             if path in adv.new_segments:
-                relative = f"{ROOT}/segments/{table}/{ids.stable_id('segment', path, run_id)}.npz"
+                relative = f"{ROOT}/segments/{table}/{ids.stable_id('segment', path, run_id)}.arrow"  # (.npz before)
                 files.write_arrays(relative, **{k: v for k, v in adv.new_segments[path].items() if k != "file"})
                 segments[table][path] = relative
             else:
