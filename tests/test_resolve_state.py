@@ -213,3 +213,29 @@ def test_chunk_hashes_are_kept_between_runs_and_only_new_codes_are_hashed(monkey
                   pa.table({"rank": pa.array(range(60)), "hash": pa.array(np.zeros(60, np.int64))}),  # a longer one
                   pa.table({"rank": pa.array(range(40))}), None):  # a state from before the column
         assert np.array_equal(rows.code_hashes(stale, values), full)
+
+
+def test_a_state_of_npz_segments_is_read_and_rewritten_as_arrow_by_the_next_update(tmp_path):
+    """States written before segments were Arrow files keep working: an update resolves from them
+    incrementally and saves every segment as Arrow, to be memory-mapped from then on."""
+    from graphwright.storage.location import IndexFiles
+
+    src, updated = tmp_path / "src", tmp_path / "updated"
+    src.mkdir()
+    _index(src, updated, DOCS)
+    files = IndexFiles(updated)
+    meta = json.loads(files.read_bytes("state/resolve/state.json"))
+    for table, segments in meta["segments"].items():
+        for path, relative in segments.items():
+            old = relative.rsplit(".", 1)[0] + ".npz"
+            files.write_arrays(old, **files.read_arrays(relative))
+            files.delete(relative)
+            segments[path] = old
+    files.write_bytes("state/resolve/state.json", json.dumps(meta).encode())
+    summary = _index(src, updated, DOCS | {"d2": FRED})
+    assert _resolve_details(updated, summary)["linking"]["incremental"] is True
+    meta = json.loads(files.read_bytes("state/resolve/state.json"))
+    segments = [r for s in meta["segments"].values() for r in s.values()]
+    assert segments and all(r.endswith(".arrow") for r in segments)
+    assert not [p for p in files.list("state/resolve") if p.endswith(".npz")]
+    _assert_equals_fresh(tmp_path, src, updated, DOCS | {"d2": FRED})

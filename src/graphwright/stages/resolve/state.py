@@ -167,9 +167,10 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
         had = state.segments.get(table, {})
         segments[table] = {}
         for path in adv.files:
-            if path in adv.new_segments:
-                relative = f"{ROOT}/segments/{table}/{ids.stable_id('segment', path, run_id)}.arrow"  # (.npz before)
-                files.write_arrays(relative, **{k: v for k, v in adv.new_segments[path].items() if k != "file"})
+            if path in adv.new_segments or had[path].endswith(".npz"):  # an .npz segment is rewritten once, as Arrow
+                relative = f"{ROOT}/segments/{table}/{ids.stable_id('segment', path, run_id)}.arrow"
+                arrays = adv.new_segments[path] if path in adv.new_segments else load_segment(files, had[path])
+                files.write_arrays(relative, **{k: v for k, v in arrays.items() if k != "file"})
                 segments[table][path] = relative
             else:
                 segments[table][path] = had[path]
