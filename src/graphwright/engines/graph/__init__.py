@@ -4,7 +4,8 @@ An engine partitions one graph: `partition(n, edges, weights, *, resolution, see
 initial=None) -> labels per node`. One that sets `batches_groups` also takes `groups` (a disjoint
 union of graphs, each partitioned by its own modularity), so that a level of the hierarchy is a
 few engine runs. One that sets `holds_gil` keeps Python's lock while it runs (igraph draws its
-random numbers from Python's `random`): work beside it goes to a process, not a thread. The hierarchy itself lives in graphwright.stages.cluster.hierarchy.
+random numbers from Python's `random`): work beside it goes to a process, not a thread. The
+hierarchy itself lives in graphwright.stages.cluster.hierarchy.
 
 | engine | where | module |
 |---|---|---|
