@@ -153,16 +153,22 @@ def test_only_touched_entities_move_at_any_level():
         modularity(n + 1, new_edges, new_weights, top_labels(fresh, n + 1)) - 0.002
 
 
+def _stale_hierarchy():
+    """Ten planted blocks, a previous hierarchy that no longer fits them (top-level communities
+    that cut across the blocks) and two touched entities."""
+    n, edges, weights = planted([40] * 10, 0.3, 0.004, seed=1)
+    ids = [f"e{i:04d}" for i in range(n)]
+    stale = [[(np.arange(k, n, 5), None, f"c{k}") for k in range(5)]]
+    touched, *_ = graph_changes(pa.array(ids), edges, weights, ids, edges, weights)
+    touched[[0, 41]] = True
+    return n, edges, weights, ids, stale, touched
+
+
 def test_an_update_takes_leiden_over_all_entities_when_units_fall_behind():
     """Units never re-optimize what a change did not touch: when the previous hierarchy is far
     from what the graph now holds, the refresh check takes Leiden over all entities."""
     engine = make_engine("igraph")
-    n, edges, weights = planted([40] * 10, 0.3, 0.004, seed=1)
-    ids = [f"e{i:04d}" for i in range(n)]
-    # a previous hierarchy that no longer fits: top-level communities that cut across the blocks
-    stale = [[(np.arange(k, n, 5), None, f"c{k}") for k in range(5)]]
-    touched, *_ = graph_changes(pa.array(ids), edges, weights, ids, edges, weights)
-    touched[[0, 41]] = True
+    n, edges, weights, ids, stale, touched = _stale_hierarchy()
     fresh = modularity(n, edges, weights, top_labels(hierarchical_leiden(n, edges, weights, CONFIG, engine), n))
     quality = {}
     for gain in (None, 0.001):
@@ -240,11 +246,7 @@ def test_a_refresh_check_made_after_the_levels_gives_the_levels_of_the_check_mad
     from graphwright.stages.cluster.incremental import checked_levels, fresh_top
 
     engine = make_engine("igraph")
-    n, edges, weights = planted([40] * 10, 0.3, 0.004, seed=1)
-    ids = [f"e{i:04d}" for i in range(n)]
-    stale = [[(np.arange(k, n, 5), None, f"c{k}") for k in range(5)]]
-    touched, *_ = graph_changes(pa.array(ids), edges, weights, ids, edges, weights)
-    touched[[0, 41]] = True
+    n, edges, weights, ids, stale, touched = _stale_hierarchy()
     config = CONFIG.model_copy(update={"refresh_gain": gain})
     hashes = stable_hashes(ids)
     inline, inline_stats = incremental_levels(n, edges, weights, config, engine, stale, touched, hashes)
