@@ -96,12 +96,12 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     entity_keys, chunk_keys = keys if keys is not None else node_keys(store)
     n_entities, n_chunks = len(entity_keys), len(chunk_keys)
     n = n_entities + n_chunks
-    keys, weight, kind = [], [], []  # entries between entities, each as src * n + dst
+    pair_keys, weight, kind = [], [], []  # entries between entities, each as src * n + dst
 
     def add(a: np.ndarray, b: np.ndarray, w: np.ndarray, k: int) -> None:
         ok = (a >= 0) & (b >= 0)  # an id the node lists do not hold (never, in a consistent index)
         a, b, w = a[ok], b[ok], w[ok].astype(np.float32)
-        keys.extend((a * n + b, b * n + a))
+        pair_keys.extend((a * n + b, b * n + a))
         weight.extend((w, w))
         kind.extend((np.full(len(a), k, np.int8),) * 2)
 
@@ -121,7 +121,7 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     # same entity (added first, kept first by the stable sort). The mention entries (most of
     # them, all of weight 1) are sorted as bare keys, which numpy does several times faster than
     # an argsort; no key of theirs (entity and chunk) is one of the others' (two entities)
-    between = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    between = np.concatenate(pair_keys) if pair_keys else np.zeros(0, np.int64)
     order = np.argsort(between, kind="stable")
     mentioned = np.sort(np.concatenate([owner * n + node, node * n + owner]))
     at = np.searchsorted(mentioned, between[order]) + np.arange(len(order))
