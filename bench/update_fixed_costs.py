@@ -105,5 +105,6 @@ def main() -> None:
             cells.append(f"{label} " + (f"{best['s']:6.2f} s ({best['size']:,})" if timed else best["error"]))
         print(f"{name:<24}" + "  ".join(cells), flush=True)
 
+
 if __name__ == "__main__":
     main()
