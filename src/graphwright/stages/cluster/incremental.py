@@ -106,12 +106,12 @@ def member_hashes(groups: list[np.ndarray], node_hash: np.ndarray) -> np.ndarray
 
 def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine, prev: list,
                        touched: np.ndarray, node_hash: np.ndarray, pool=None, usage: dict | None = None,
-                       fresh=None, refresh: bool = True, given_top: np.ndarray | None = None,
+                       refresh: bool = True, given_top: np.ndarray | None = None,
                        ) -> tuple[list[list[tuple[np.ndarray, int | None]]], dict]:
     """The hierarchy's levels (as hierarchy._levels gives them) re-partitioned only where the graph
     changed (module docstring): `touched` marks the ends of every changed edge and new nodes.
-    `fresh`, if given, returns fresh_top's labels (the caller may have started it beforehand).
-    `refresh=False`: the units' top level is kept unchecked (checked_levels checks it after);
+    The units' top level is checked against fresh_top's, computed here; `refresh=False`: it is
+    kept unchecked (checked_levels checks it after, against one computed elsewhere meanwhile);
     `given_top`: the top level's labels, taken as they are."""
     options = {"resolution": config.resolution, "n_iterations": config.n_iterations}
     strength = np.bincount(edges[:, 0], weights, n) + np.bincount(edges[:, 1], weights, n) if len(edges) else np.zeros(n)
@@ -128,7 +128,7 @@ def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: C
                                   strength=np.bincount(units.unit, strength, units.count), total=float(strength.sum()), **options)
         labels = labels[units.unit]
         if refresh:
-            labels = _refreshed(n, edges, weights, labels, config, stats, fresh or (lambda: fresh_top(n, edges, weights, config, engine)))
+            labels = _refreshed(n, edges, weights, labels, config, stats, lambda: fresh_top(n, edges, weights, config, engine))
         top = _relabel(labels)
         stats["units_partitioned"] += units.count
         stats["top_units"] = units.count

@@ -30,21 +30,22 @@ def updated(before: pa.Table, fresh: pa.Table, deleted: pa.Array) -> tuple[pa.Ta
     drop = np.zeros(len(ids), dtype=bool)
     for found in (_find(ids, gone), at[~same]):
         drop[found[found >= 0]] = True
-    added = fresh.select(["item_id", "row_hash"]).sort_by("item_id")
     kept = before.filter(pa.array(~drop))
-    return merged(kept, added, ids[~drop], fixed_bytes(added.column("item_id"))), fresh, \
+    return merged(kept, fresh.select(["item_id", "row_hash"]), ids[~drop]), fresh, \
         before.column("item_id").filter(pa.array(drop)).combine_chunks()
 
 
-def merged(kept: pa.Table, added: pa.Table, kept_ids: np.ndarray | None = None, added_ids: np.ndarray | None = None) -> pa.Table:
+def merged(kept: pa.Table, added: pa.Table, kept_ids: np.ndarray | None = None) -> pa.Table:
     """`kept` (sorted by item id) and `added` (items it does not hold) as one list sorted by id,
-    `added` merged in; `kept_ids`, `added_ids`: their ids as fixed_bytes, when known."""
+    `added` merged in; `kept_ids`: kept's ids as fixed_bytes, already checked to be in order."""
     added = added.sort_by("item_id")
-    kept_ids = fixed_bytes(kept.column("item_id")) if kept_ids is None else kept_ids
-    added_ids = fixed_bytes(added.column("item_id")) if added_ids is None else added_ids
+    if kept_ids is None:
+        kept_ids = fixed_bytes(kept.column("item_id"))
+        if kept_ids is not None and np.any(kept_ids[1:] < kept_ids[:-1]):
+            kept_ids = None  # out of order: sorted whole below
+    added_ids = fixed_bytes(added.column("item_id"))
     both = pa.concat_tables([kept, added])
-    if (kept_ids is None or added_ids is None or (len(kept_ids) and len(added_ids) and kept_ids.dtype != added_ids.dtype)
-            or np.any(kept_ids[1:] < kept_ids[:-1])):
+    if kept_ids is None or added_ids is None or (len(kept_ids) and len(added_ids) and kept_ids.dtype != added_ids.dtype):
         return both.sort_by("item_id")
     at = np.searchsorted(kept_ids, added_ids) + np.arange(len(added_ids))
     order = np.empty(len(kept_ids) + len(added_ids), np.int64)

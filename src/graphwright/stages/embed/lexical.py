@@ -74,14 +74,14 @@ def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int 
         hashes = [(b.column("item_id"), _row_hashes(b)) for b in _batches(store, kind)]
         items = pa.table({"item_id": pa.chunked_array([h[0] for h in hashes] or [pa.array([], pa.string())], pa.string()),
                           "row_hash": pa.chunked_array([h[1] for h in hashes] or [pa.array([], pa.string())], pa.string())})
+        items = items.sort_by("item_id")
         del hashes
         stats.update(read="table", rows=items.num_rows)
     else:
         fresh, deleted, sources = changed
         fresh = fresh.append_column("row_hash", _row_hashes(fresh))
         stats.update(read="changes", rows=fresh.num_rows)
-        items, fresh, dropped = item_lists.updated(before, fresh, deleted)  # fresh: the new or changed rows
-    items = items.sort_by("item_id") if changed is None else items
+        items, fresh, dropped = item_lists.updated(before, fresh, deleted)  # fresh: the new or changed rows, items sorted
     digest = ids.stable_id_of_strings("lexical", (ANALYZER_VERSION, kind), _keys(items), length=16)
     relative = lexical.version_path(kind, digest)
     if store.files.exists(relative):
