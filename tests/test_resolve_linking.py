@@ -175,6 +175,33 @@ def test_adjudicate_asks_through_the_cache(tmp_path):
     assert parse_verdict("not json") is False
 
 
+def test_ngram_vectors_hash_each_distinct_gram_once_and_equal_hashing_every_gram(monkeypatch):
+    import zlib
+
+    from graphwright.engines.vectors import neighbours as nb
+
+    def reference(texts, dim, n):  # every gram of every text hashed in turn
+        out = np.zeros((len(texts), dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            padded = f"#{text}#"
+            for j in range(max(1, len(padded) - n + 1)):
+                out[i, crc32(padded[j:j + n].encode()) % dim] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+    rng = random.Random(3)
+    alphabet = "ab c#éß漢字😀\U0010ffff\x00"
+    texts = ["", "a", "ab", "#", "##", *("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(2000))]
+    hashed, crc32 = [], zlib.crc32
+    monkeypatch.setattr(nb.zlib, "crc32", lambda data: hashed.append(data) or crc32(data))
+    for n in (1, 2, 3):
+        for dim in (16, 128):
+            hashed.clear()
+            assert np.array_equal(nb.ngram_vectors(texts, dim, n), reference(texts, dim, n)), (n, dim)
+            assert len(hashed) == len(set(hashed))
+    with pytest.raises(ValueError, match="1 to 3"):
+        nb.ngram_vectors(texts, 16, 4)
+
+
 def test_faiss_neighbours_exclude_self_and_are_deterministic():
     keys = ["scrooge", "scroge", "marley", "marly", "london", "londen", "cratchit"]
     vecs = ngram_vectors(keys, 64)
