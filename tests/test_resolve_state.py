@@ -239,3 +239,24 @@ def test_a_state_of_npz_segments_is_read_and_rewritten_as_arrow_by_the_next_upda
     assert segments and all(r.endswith(".arrow") for r in segments)
     assert not [p for p in files.list("state/resolve") if p.endswith(".npz")]
     _assert_equals_fresh(tmp_path, src, updated, DOCS | {"d2": FRED})
+
+
+def test_pairs_scored_again_reuse_their_name_scores(tmp_path, monkeypatch):
+    from graphwright.stages.resolve import scoring
+
+    scored, named = [], []
+    score, name_score = scoring.PairScorer._score, scoring.name_score
+    monkeypatch.setattr(scoring.PairScorer, "_score", lambda self, a, b: scored.append((a, b)) or score(self, a, b))
+    monkeypatch.setattr(scoring, "name_score", lambda a, b: named.append((a, b)) or name_score(a, b))
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    before = set(scored)
+    scored.clear(), named.clear()
+    # Marley's and Keller's profiles change: their pairs are scored again
+    docs = DOCS | {"d5": "Jacob Marley wrote to Bruno Keller from London. Marley and Keller met in London."}
+    _index(src, index, docs)
+    again = set(scored) & before
+    assert again and not again & set(named)
+    assert set(named) <= set(scored) - before
+    _assert_equals_fresh(tmp_path, src, index, docs)

@@ -33,7 +33,8 @@ from graphwright.stages.resolve.pair_cache import (
     memo_from,
     memo_table,
     settled_codes,
-    valid_rows,
+    name_scores,
+    split_rows,
 )
 from graphwright.stages.resolve.rows import (
     build_entities,
@@ -129,7 +130,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
         fp = fingerprint_keys(keys, profiles, by_position, texts)
         cache = st.derived.get("pairs") if cached else None
-        kept = valid_rows(cache, fp)
+        kept, rescore = split_rows(cache, fp)
         # pairs whose names keep them below the borderline whatever the context stay settled too
         beyond = hopeless(cache, config.borderline_threshold)
         if beyond is not None and kept is not None:
@@ -144,7 +145,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         known = bool(candidates)
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
                                           adjudicate if config.adjudicate else None, memo=memo, candidates=candidates,
-                                          settled=settled_codes(kept, keys, config.borderline_threshold))
+                                          settled=settled_codes(kept, keys, config.borderline_threshold),
+                                          names=name_scores(rescore))
         stats.update(link, pairs_rescored=len(memo) - reused, candidates_reused=known)
         pairs_table = memo_table(memo, fp, kept)
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)

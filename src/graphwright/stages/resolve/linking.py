@@ -21,18 +21,20 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
               embed: Callable[[list[str]], np.ndarray] | None = None,
               adjudicate: Adjudicator | None = None, memo: dict | None = None,
               candidates: dict[str, np.ndarray] | None = None,
-              settled: np.ndarray | None = None) -> tuple[dict[str, str], dict, dict]:
+              settled: np.ndarray | None = None,
+              names: dict[tuple[str, str], tuple[float, bool]] | None = None) -> tuple[dict[str, str], dict, dict]:
     """({key: cluster label}, {(a, b): (evidence, how)} for accepted pairs, stats). `memo`:
     {(a, b): evidence} of pairs whose profiles did not change since they were scored, filled with
     every pair scored here. `candidates`: the candidate pairs of these keys if known (without
     embeddings they depend on the keys alone), else an empty dict that is filled with them.
     `settled`: sorted codes i * len(keys) + j of candidate pairs known to score below the
-    borderline threshold (their profiles did not change), which are not scored again."""
+    borderline threshold (their profiles did not change), which are not scored again. `names`:
+    {(a, b): name_score(a, b)} of pairs scored before (a name score is a function of the keys)."""
     keys = sorted(profiles)
     vectors = embed([profiles[k].text for k in keys]) if embed is not None and keys else None
     if vectors is not None and len(vectors) != len(keys):  # the pairs' codes are i * len(keys) + j
         raise ValueError(f"the embedder returned {len(vectors)} vectors for {len(keys)} name keys")
-    scorer = PairScorer(profiles, dict(zip(keys, vectors)) if vectors is not None else None)
+    scorer = PairScorer(profiles, dict(zip(keys, vectors)) if vectors is not None else None, names)
     if memo is not None:
         memo.update(scorer._memo)
         scorer._memo = memo

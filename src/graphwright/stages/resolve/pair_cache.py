@@ -48,15 +48,30 @@ EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "
 
 def valid_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> pa.Table | None:
     """The cached rows whose two keys still have the fingerprints they were scored with."""
+    return split_rows(table, fingerprint)[0]
+
+
+def split_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> tuple[pa.Table | None, pa.Table | None]:
+    """(valid_rows, the other cached rows whose two keys are both still there: pairs to score
+    again, whose name scores hold, being functions of the two keys alone)."""
     if table is None or not table.num_rows:
-        return None
+        return None, None
     keys = pa.array(list(fingerprint), pa.string())
     now = np.r_[np.array(list(fingerprint.values()), dtype=np.int64), 0]
-    ok = np.ones(table.num_rows, dtype=bool)
+    ok, present = np.ones(table.num_rows, dtype=bool), np.ones(table.num_rows, dtype=bool)
     for side, stored in (("a", "fa"), ("b", "fb")):
         at = np.asarray(pc.fill_null(pc.index_in(table.column(side), value_set=keys), len(keys)), dtype=np.int64)
+        present &= at < len(keys)
         ok &= (at < len(keys)) & (now[at] == np.asarray(table.column(stored), dtype=np.int64))
-    return table.filter(pa.array(ok))
+    return table.filter(pa.array(ok)), table.filter(pa.array(present & ~ok))
+
+
+def name_scores(table: pa.Table | None) -> dict[tuple[str, str], tuple[float, bool]]:
+    """{(a, b): (name score, contained)} of cached rows, for PairScorer."""
+    if table is None or not table.num_rows:
+        return {}
+    columns = [table.column(c).to_pylist() for c in ("a", "b", "name", "contained")]
+    return {(a, b): (name, contained) for a, b, name, contained in zip(*columns)}
 
 
 def hopeless(table: pa.Table | None, below: float) -> pa.Table | None:

@@ -159,9 +159,11 @@ def overlap(x: set, y: set, exclude: tuple = (), full_at: int = 2) -> float:
 class PairScorer:
     """Scores key pairs, memoized (clustering asks for the same pairs again)."""
 
-    def __init__(self, profiles: dict[str, KeyProfile], vectors: dict[str, np.ndarray] | None = None):
+    def __init__(self, profiles: dict[str, KeyProfile], vectors: dict[str, np.ndarray] | None = None,
+                 names: dict[tuple[str, str], tuple[float, bool]] | None = None):
         self.profiles = profiles
         self.vectors = vectors
+        self.names = names or {}  # (a, b) -> name_score(a, b), known from an earlier run
         self._memo: dict[tuple[str, str], PairEvidence] = {}
 
     def __call__(self, a: str, b: str) -> PairEvidence:
@@ -178,7 +180,7 @@ class PairScorer:
             types = f"{ta} != {tb}"
         else:
             types = "compatible" if ta and tb else "untyped"
-        name, is_contained = name_score(a, b)
+        name, is_contained = self.names.get((a, b)) or name_score(a, b)
         neigh = overlap(pa_.neighbours, pb.neighbours, (pa_.code, pb.code))
         chunks = overlap(pa_.chunks, pb.chunks)
         emb = None
