@@ -92,6 +92,40 @@ def test_stage_chunk(stages):
     assert again["chunked_documents"] == 0 and again["chunks_written"] == 0 and again["chunks_removed"] == 0
 
 
+def test_a_chunk_update_reads_the_chunks_once_and_keeps_the_chunks_a_new_version_repeats(tmp_path, monkeypatch):
+    def paragraph(i):
+        return " ".join(f"Line {i}.{j} tells of the harbour keeper and his lamp." for j in range(30))
+
+    def chunk_rows(root, src, docs):
+        for old in src.glob("*.txt"):
+            old.unlink()
+        for name, text in docs.items():
+            (src / f"{name}.txt").write_text(text)
+        store = IndexStore(root)
+        store.root.mkdir(parents=True, exist_ok=True)
+        run = Run(store, make_config(ingest={"max_delete_fraction": 1.0}), "run-test", StageProgress(False), lambda m: None,
+                  Request(sources=[str(src)]))
+        for name in ("ingest", "chunk"):
+            reads.clear()
+            with run.stage(name) as metrics:
+                out = definition.by_name(name).execute(run, metrics)
+        out["reads"] = list(reads)  # the chunk stage's
+        return out, sorted(store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash", "text"]).to_pylist(), key=str)
+
+    src, reads = tmp_path / "src", []
+    src.mkdir()
+    first = {"a": "\n\n".join(paragraph(i) for i in range(6)), "b": paragraph(9)}
+    _, before = chunk_rows(tmp_path / "index", src, first)
+    read = IndexStore.read
+    monkeypatch.setattr(IndexStore, "read", lambda self, name, *a, **k: reads.append(name) or read(self, name, *a, **k))
+    second = {"a": "\n\n".join(paragraph(i) for i in (0, 1, 2, 3, 4, 7))}  # a's last paragraph changes, b goes
+    out, after = chunk_rows(tmp_path / "index", src, second)
+    assert out["reads"].count("chunks") == 1
+    repeated = {r["chunk_id"] for r in before} & {r["chunk_id"] for r in after}
+    assert repeated and out["chunks_removed"] > 0
+    assert after == chunk_rows(tmp_path / "fresh", src, second)[1]
+
+
 def test_stage_extract(stages):
     stages.upto("extract")
     out = stages.do("extract")

@@ -64,9 +64,10 @@ def execute(run, m: dict) -> dict:
     chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
     # (document, content hash) pairs compared as Arrow keys: Python sets of 1.2M tuples took seconds
     current = key_column(docs, ("doc_id", "content_hash"))
-    fresh = pc.invert(pc.is_in(current, value_set=key_column(chunks, ("doc_id", "doc_hash"))))
+    chunk_keys = key_column(chunks, ("doc_id", "doc_hash"))
+    fresh = pc.invert(pc.is_in(current, value_set=chunk_keys))
     todo = sorted(docs.column("doc_id").filter(fresh).to_pylist())
-    written = 0
+    written, written_ids = 0, []
     if todo:
         texts = store.rows_in("documents", "doc_id", todo, ["doc_id", "content_hash", "text"])
         stage = BatchStage("chunk", Chunker, (cfg.chunk.size_tokens, cfg.chunk.overlap_tokens, cfg.chunk.min_tokens),
@@ -78,26 +79,31 @@ def execute(run, m: dict) -> dict:
         for batch in run.map_batches("chunk", texts, stage, documents_in):
             pending.append(batch)
             if sum(t.num_rows for t in pending) >= cfg.execution.commit_every:
-                written += _commit_chunks(store, pending, had_chunks)
-        written += _commit_chunks(store, pending, had_chunks)
-    # chunks of deleted documents, or cut from a document version that is gone
-    chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
-    stale = chunks.column("chunk_id").filter(pc.invert(pc.is_in(key_column(chunks, ("doc_id", "doc_hash")), value_set=current)))
+                written += _commit_chunks(store, pending, had_chunks, written_ids)
+        written += _commit_chunks(store, pending, had_chunks, written_ids)
+    # chunks of deleted documents, or cut from a document version that is gone: found among the
+    # rows read before (this run's chunks are of current versions), less the ids written again
+    # (a patched-in chunk replaced its row). Reading the table again took 0.6 s at 1.2M chunks.
+    stale = chunks.column("chunk_id").filter(pc.invert(pc.is_in(chunk_keys, value_set=current)))
+    if written_ids and len(stale):
+        stale = stale.filter(pc.invert(pc.is_in(stale, value_set=pa.chunked_array(written_ids).combine_chunks())))
     removed = patch_table(store, "chunks", stale.combine_chunks(), [])["rows_removed"] if len(stale) else 0
     m.update(rows_in=len(todo), rows_out=written, documents_chunked=len(todo), chunks_written=written, chunks_removed=removed,
              work_unit="documents", work_done=len(todo), work_total=len(current))
     return {"chunked_documents": len(todo), "chunks_written": written, "chunks_removed": removed}
 
 
-def _commit_chunks(store: IndexStore, pending: list[pa.Table], had_chunks: pa.Array) -> int:
+def _commit_chunks(store: IndexStore, pending: list[pa.Table], had_chunks: pa.Array, written_ids: list) -> int:
     """Commit whole documents' chunks. A document that had no chunks is appended; one that had (a
     new version may repeat a chunk id) is patched in: only the files holding its chunk ids are
     rewritten (a MERGE scanned the whole table, texts included: 1.3 GB at 1.2M chunks, and made a
-    first load of 1M chunks quadratic). A rerun after a kill skips documents already committed."""
+    first load of 1M chunks quadratic). A rerun after a kill skips documents already committed.
+    The ids written are added to `written_ids`."""
     if not pending:
         return 0
     table = pa.concat_tables(pending)
     pending.clear()
+    written_ids.append(table["chunk_id"].combine_chunks())
     known = pc.is_in(table["doc_id"], value_set=had_chunks)
     store.append("chunks", table.filter(pc.invert(known)))
     if pc.any(known).as_py():
