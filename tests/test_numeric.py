@@ -74,3 +74,23 @@ def test_distinct_codes_are_the_sorted_distinct_values_found_without_a_sort(monk
     monkeypatch.setattr(np, "sort", refused)
     for (codes, size), want in zip(cases, expected):
         np.testing.assert_array_equal(distinct_codes(codes, size), want)
+
+
+def test_first_index_finds_each_keys_first_occurrence_through_a_hash_table(monkeypatch):
+    from graphwright.util.numeric import first_index
+
+    rng = np.random.default_rng(1)
+    distinct = np.unique(rng.integers(0, 1 << 60, 5_000))
+    keys = np.r_[distinct[rng.integers(0, len(distinct), 20_000)], rng.integers(1 << 61, 1 << 62, 100)]
+    at = np.minimum(np.searchsorted(distinct, keys), len(distinct) - 1)
+    expected = np.where(distinct[at] == keys, at, -1)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("searchsorted")
+
+    monkeypatch.setattr(np, "searchsorted", refused)
+    assert np.array_equal(first_index(distinct, keys), expected)
+    values = np.array([5, 3, 5, 7, 3, 9], dtype=np.int64)
+    assert first_index(values, np.array([3, 5, 9, 4, 5])).tolist() == [1, 0, 5, -1, 0]
+    assert first_index(values, np.empty(0, np.int64)).tolist() == []
+    assert first_index(np.empty(0, np.int64), np.array([1, 2])).tolist() == [-1, -1]

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.util import memory
-from graphwright.util.numeric import to_numpy, unique
+from graphwright.util.numeric import first_index, to_numpy, unique
 
 Scan = Callable[[list[str]], Iterable[pa.RecordBatch]]
 
@@ -111,7 +111,7 @@ def group_sums(group: np.ndarray, code: np.ndarray, weights: np.ndarray, width: 
         sums = np.bincount(key, weights=weights, minlength=bins)[pairs]
     else:
         pairs = unique(key)
-        sums = np.bincount(np.searchsorted(pairs, key), weights=weights, minlength=len(pairs))
+        sums = np.bincount(first_index(pairs, key), weights=weights, minlength=len(pairs))
     return pairs // width, pairs % width, sums
 
 

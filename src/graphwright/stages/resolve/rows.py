@@ -15,7 +15,7 @@ from graphwright.stages.resolve.descriptions import Texts
 from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.state import Advance
 from graphwright.storage.patch import read_data_file
-from graphwright.util.numeric import distinct_codes, distinct_lists, to_numpy, unique
+from graphwright.util.numeric import distinct_codes, distinct_lists, first_index, to_numpy, unique
 
 
 def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -127,12 +127,14 @@ def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.nd
     def fetch(wanted: np.ndarray) -> Texts:
         wanted = unique(wanted) if len(wanted) else np.empty(0, np.int64)
         pool = np.arange(len(rows["description"])) if candidates is None else candidates
-        hashes = rows["description"][pool]
-        at = np.minimum(np.searchsorted(wanted, hashes), max(len(wanted) - 1, 0))
-        hit = pool[(wanted[at] == hashes) if len(wanted) else np.zeros(len(pool), bool)]
-        order = np.lexsort((hit, rows["description"][hit]))
-        hit = hit[order]
-        firsts = hit[np.r_[True, rows["description"][hit][1:] != rows["description"][hit][:-1]]] if len(hit) else hit
+        # per wanted hash, the first row holding it: the pool's rows (at 1.2M chunks, the hubs'
+        # millions of mentions) probe a hash table of the wanted hashes, and the first hit of each
+        # is looked up among the hits (a binary search per row and a sort of the hits: 1.6 s)
+        hit = pool[first_index(wanted, rows["description"][pool]) >= 0]
+        if len(hit) > 1 and not (hit[1:] > hit[:-1]).all():
+            hit = np.sort(hit)
+        first = first_index(rows["description"][hit], wanted)
+        firsts = hit[first[first >= 0]]
         by_file = defaultdict(list)
         for row, f, place in zip(firsts.tolist(), rows["file"][firsts].tolist(), rows["row"][firsts].tolist()):
             by_file[f].append((row, place))
