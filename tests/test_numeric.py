@@ -94,3 +94,21 @@ def test_first_index_finds_each_keys_first_occurrence_through_a_hash_table(monke
     assert first_index(values, np.array([3, 5, 9, 4, 5])).tolist() == [1, 0, 5, -1, 0]
     assert first_index(values, np.empty(0, np.int64)).tolist() == []
     assert first_index(np.empty(0, np.int64), np.array([1, 2])).tolist() == [-1, -1]
+
+
+def test_grouped_order_is_a_stable_argsort_made_by_sorting_values(monkeypatch):
+    from graphwright.util.numeric import grouped_order
+
+    rng = np.random.default_rng(2)
+    cases = [np.empty(0, np.int64), np.array([0]), np.array([2, 0, 2, 1, 0], np.int32), rng.integers(0, 300, 50_000),
+             rng.integers(0, 3, 10_000).astype(np.int16)]
+    expected = [np.argsort(group, kind="stable") for group in cases]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("argsort")
+
+    monkeypatch.setattr(np, "argsort", refused)
+    for group, want in zip(cases[1:], expected[1:]):
+        assert np.array_equal(grouped_order(group), want)
+    monkeypatch.undo()
+    assert grouped_order(cases[0]).tolist() == [] and np.array_equal(grouped_order(np.array([1, -1, 0])), [1, 2, 0])

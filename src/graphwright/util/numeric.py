@@ -61,6 +61,16 @@ def distinct_counts(group: np.ndarray, codes: np.ndarray, width: int, n_groups: 
     return np.bincount(pairs // max(width, 1), minlength=n_groups)[:n_groups] if n_groups else np.zeros(0, np.int64)
 
 
+def grouped_order(group: np.ndarray) -> np.ndarray:
+    """np.argsort(group, kind="stable") for non-negative integer groups: the keys group * n + i
+    are distinct, so numpy's SIMD sort of values orders them where argsort falls back to timsort
+    (6M rows in 3,000 groups: 0.17 s against 0.89 s)."""
+    n = len(group)
+    if not n or group.min() < 0 or (int(group.max()) + 1) * n >= 1 << 63:
+        return np.argsort(group, kind="stable")
+    return np.sort(np.asarray(group, np.int64) * n + np.arange(n)) % n
+
+
 def first_index(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Per key, the index of its first occurrence in `values`, -1 where it has none: one Arrow
     hash table of the values, probed by every key. A binary search per key over sorted values

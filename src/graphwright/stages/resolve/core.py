@@ -44,7 +44,7 @@ from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
 from graphwright.storage import contracts
 from graphwright.text.names import normalize_name, resolution_key
 from graphwright.util import memory
-from graphwright.util.numeric import distinct_codes, distinct_lists, unique, unique_inverse
+from graphwright.util.numeric import distinct_codes, distinct_lists, grouped_order, unique, unique_inverse
 
 
 def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
@@ -239,7 +239,7 @@ class _Parts:
                  chunk_rank: np.ndarray, max_chars: int, want_overflow: bool):
         """`group` numbers the table's `rows` (None: all of them); `table` holds their description
         hashes, lengths and chunk codes; `chunk_rank` orders chunks by their place in the corpus."""
-        by_group = np.argsort(group, kind="stable")
+        by_group = grouped_order(group)
         self.group = group[by_group].astype(np.int32)
         self.rows = (by_group if rows is None else rows[by_group]).astype(np.int32)  # each row's place in the table
         self.hashes, self.lengths = table["description"][self.rows], table["length"][self.rows]
