@@ -59,7 +59,7 @@ def maintain(store: IndexStore, run_id: str, config: MaintenanceConfig, cost=Non
             if store.exists(name) and len(data_files(store, name)) >= config.min_files:
                 before = store.version(name)
                 result = store.ensure(name).optimize.compact(target_size=config.target_file_mb << 20,
-                                                             writer_properties=delta_writer_properties(),
+                                                             writer_properties=delta_writer_properties(name),
                                                              post_commithook_properties=KEEP_LOG)
                 moved[name] = (before, store.version(name))
                 compacted[name] = {"files_removed": result["numFilesRemoved"], "files_added": result["numFilesAdded"]}

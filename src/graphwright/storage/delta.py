@@ -28,7 +28,7 @@ from graphwright.storage import contracts, health, location
 from graphwright.storage.health import table_error
 from graphwright.storage.log_retention import KEEP_LOG, TABLE_PROPERTIES
 from graphwright.storage.diff import key_column, row_diff, row_digests
-from graphwright.storage.parquet_files import delta_writer_properties, write_parquet
+from graphwright.storage.parquet_files import delta_write, write_parquet
 
 
 def sql_list(values) -> str:
@@ -65,9 +65,6 @@ def _missing_fields(name: str, dt: DeltaTable) -> list[pa.Field]:
 def _file_sizes(dt: DeltaTable) -> dict[str, int]:
     actions = pa.table(dt.get_add_actions(flatten=True))
     return dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
-
-
-WRITE = {"writer_properties": delta_writer_properties(), "post_commithook_properties": KEEP_LOG}  # for delta-rs writes
 
 
 def spill(name: str, parts: Iterable[pa.Table], folder: str) -> Iterator[tuple[str, pa.Table]]:
@@ -276,7 +273,7 @@ class IndexStore:
         data = contracts.schema(name).validate(table)
         self._writing(name)
         self.ensure(name)
-        write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options, **WRITE)
+        write_deltalake(self.path(name), data, mode="overwrite", storage_options=self.storage_options, **delta_write(name))
         return self.version(name)
 
     def upsert(self, name: str, table: pa.Table) -> int:
@@ -287,7 +284,7 @@ class IndexStore:
         dt = self.ensure(name)
         if data.num_rows:
             on = " AND ".join(f't."{k}" = s."{k}"' for k in schema.primary_key)
-            merge = dt.merge(data, predicate=on, source_alias="s", target_alias="t", **WRITE)
+            merge = dt.merge(data, predicate=on, source_alias="s", target_alias="t", **delta_write(name))
             merge.when_matched_update_all().when_not_matched_insert_all().execute()
         return self.version(name)
 
@@ -298,7 +295,7 @@ class IndexStore:
         # opening replays the log since its checkpoint; a stage appends to several tables per commit)
         dt = self.ensure(name)
         if data.num_rows:
-            write_deltalake(dt, data, mode="append", **WRITE)
+            write_deltalake(dt, data, mode="append", **delta_write(name))
         return dt.version()
 
     def replace_if_changed(self, name: str, table: pa.Table) -> dict:
@@ -329,7 +326,7 @@ class IndexStore:
                 if schema.partition_by:
                     batches = (batch for path, _ in files for batch in pq.ParquetFile(path).iter_batches())
                     reader = pa.RecordBatchReader.from_batches(schema.arrow, batches)
-                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options, **WRITE)
+                    write_deltalake(self.path(name), reader, mode="overwrite", storage_options=self.storage_options, **delta_write(name))
                 else:
                     self._commit_files(dt, name, files)
         return diff
@@ -368,7 +365,7 @@ class IndexStore:
             return 0
         if self.journal is not None:
             self.journal.setdefault(name, dt.version())
-        return int(dt.delete(where, **WRITE).get("num_deleted_rows", 0))
+        return int(dt.delete(where, **delta_write(name)).get("num_deleted_rows", 0))
 
     def delete_in(self, name: str, column: str, values, *, also: str | None = None) -> int:
         """Delete rows whose `column` is in `values` (and that match the SQL predicate `also`),
