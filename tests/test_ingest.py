@@ -326,3 +326,47 @@ def test_jsonl_records_with_lone_surrogates_or_a_bom_or_many_errors(tmp_path):
     from_b = [r for s, r in errors if s.startswith(str(tmp_path / "b.jsonl"))]
     assert len(from_b) == 51 and from_b[-1] == "150 more problems in this file (the first 50 are listed)"
     assert (str(tmp_path / "c.jsonl"), "UTF-16 text (it starts with a UTF-16 byte-order mark); JSONL must be UTF-8: convert it") in errors
+
+
+def test_an_update_spills_only_the_documents_that_differ_from_their_indexed_rows(tmp_path, monkeypatch):
+    """A document read exactly as it is indexed is not written to the spill (its text was 0.4 s
+    of a 0.1% update at 145k chunks); a new text, title or metadata is, separators and nulls
+    in the values included, and the documents table equals a fresh ingest's."""
+    from _helpers import make_config
+
+    from graphwright.pipeline import definition
+    from graphwright.pipeline.context import Request, Run
+    from graphwright.pipeline.progress import StageProgress
+    from graphwright.stages import ingest as ingest_stage
+    from graphwright.storage.delta import IndexStore
+    from graphwright.storage.diff import exact_keys
+
+    spilled, write = [], ingest_stage.write_parquet
+    monkeypatch.setattr(ingest_stage, "write_parquet", lambda table, where: spilled.extend(table.column("source_key").to_pylist())
+                        or write(table, where))
+    source = tmp_path / "records.jsonl"
+
+    def ingest(index, rows):
+        source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        spilled.clear()
+        store = IndexStore(index)
+        store.root.mkdir(parents=True, exist_ok=True)
+        run = Run(store, make_config(), "run-test", StageProgress(False), lambda m: None, Request(sources=[str(source)]))
+        with run.stage("ingest") as metrics:
+            definition.by_name("ingest").execute(run, metrics)
+        return sorted(store.read("documents", columns=["source_key", "title", "text", "metadata", "content_hash"]).to_pylist(),
+                      key=lambda r: r["source_key"])
+
+    rows = [{"id": f"r{i}", "text": f"Record {i} tells of Port Elling.", "title": f"T{i}"} for i in range(6)]
+    rows[4]["title"], rows[5]["tag"] = "a\x1fb", "x"
+    ingest(tmp_path / "index", rows)
+    assert len(spilled) == 6
+    rows[1]["text"] = "Record 1 now tells of Kestrel Island."
+    rows[2]["title"] = "T2, renamed"
+    rows[3]["tag"] = "new metadata"
+    rows[5].pop("tag")
+    after = ingest(tmp_path / "index", rows)
+    assert sorted(spilled) == ["r1", "r2", "r3", "r5"]
+    assert after == ingest(tmp_path / "fresh", rows)
+    keys = exact_keys(pa.table({"a": ["a\x1fb", "a", None, ""], "b": ["c", "b\x1fc", "", None]}), ("a", "b"))
+    assert len(set(keys.to_pylist())) == 4 and keys.null_count == 0

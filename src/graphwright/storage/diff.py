@@ -74,6 +74,19 @@ def key_column(table: pa.Table, key: tuple[str, ...]) -> pa.Array:
     return columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, "\x1f")
 
 
+def exact_keys(table: pa.Table, columns: tuple[str, ...]) -> pa.Array:
+    """Per row, a string that two rows share only if they hold the same values in `columns`
+    (nulls included): each value is written as its length, ':' and itself, a null as '-'.
+    key_column's joined values can collide when a value holds its separator, and are null when
+    any value is."""
+    parts = []
+    for name in columns:
+        values = table.column(name).cast(pa.string()).combine_chunks()
+        length = pc.cast(pc.utf8_length(values), pa.string())
+        parts.append(pc.fill_null(pc.binary_join_element_wise(length, values, ":"), "-"))
+    return pc.binary_join_element_wise(*parts, "")
+
+
 def _same_values(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Per row, whether a and b hold the same value (nulls equal nulls; lists element by element)."""
     both_null = np.asarray(pc.and_(pc.is_null(a), pc.is_null(b)))

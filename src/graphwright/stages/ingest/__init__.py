@@ -16,12 +16,15 @@ from graphwright.stages.ingest.diff import diff_documents, kind_collisions
 from graphwright.stages.ingest.quick_check import QuickCheck, troubled_sources
 from graphwright.stages.ingest.sources import SourceError, document_tables
 from graphwright.storage import contracts
-from graphwright.storage.delta import IndexStore, spill
+from graphwright.storage.delta import IndexStore
+from graphwright.storage.diff import exact_keys
+from graphwright.storage.parquet_files import write_parquet
 from graphwright.storage.patch import patch_table
 
 
 def execute(run, m: dict) -> dict:
     sources, mirror, force = run.request.sources, run.request.mirror, run.request.force
+    schema = contracts.schema("documents")
     with tempfile.TemporaryDirectory(prefix="graphwright-ingest-") as folder:
         columns = ["doc_id", "content_hash", "source", "title", "metadata"]  # what the diff compares
         indexed = run.store.read("documents", columns=[*columns, "source_key"])
@@ -30,12 +33,20 @@ def execute(run, m: dict) -> dict:
         errors: list[SourceError] = []
         failed_sources: set[str] = set()
         # the documents are spilled a part at a time and only the columns the diff needs are
-        # kept: the text is never whole in memory (at 100k documents, 1.1 GB of it)
-        files, kept = [], []  # per spilled file: (path, rows), and its rows' diff columns
+        # kept: the text is never whole in memory (at 100k documents, 1.1 GB of it). A document
+        # read exactly as it is indexed is not spilled: the diff finds nothing to write for it
+        as_indexed = exact_keys(indexed, tuple(columns)) if indexed.num_rows else None
+        files, kept, spilled = [], [], []  # per spilled file: (path, rows) and its doc ids; every row's diff columns
         parts = document_tables(sources, run.run_id, errors, failed_sources, reuse=quick)
-        for path, part in spill("documents", parts, folder):
-            files.append((path, part.num_rows))
+        for i, part in enumerate(parts):
+            part = schema.validate(part)
             kept.append(part.select(columns))
+            if as_indexed is not None:
+                part = part.filter(pc.invert(pc.is_in(exact_keys(part, tuple(columns)), value_set=as_indexed)))
+            if part.num_rows:
+                files.append((f"{folder}/{i:06d}.parquet", part.num_rows))
+                write_parquet(part, files[-1][0])
+                spilled.append(part.column("doc_id"))
         taken = quick.accepted_rows(columns)  # unchanged files: their indexed rows, unread
         incoming = pa.concat_tables([contracts.empty("documents").select(columns), *kept, taken])
         if not mirror and indexed.num_rows:
@@ -71,7 +82,7 @@ def execute(run, m: dict) -> dict:
             # and removes the deleted ones, rewriting only the files that hold either (a MERGE read
             # every document's text: 1.1 GB at 100k documents)
             wanted = pa.array(sorted(write), pa.string())
-            holding = [path for (path, _), keys in zip(files, kept) if pc.any(pc.is_in(keys.column("doc_id"), value_set=wanted)).as_py()]
+            holding = [path for (path, _), keys in zip(files, spilled) if pc.any(pc.is_in(keys, value_set=wanted)).as_py()]
             patch_table(run.store, "documents", pa.array(sorted(diff.deleted), pa.string()),
                         [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in map(pq.read_table, holding)])
         recorded = quick.save(run.store, incoming, troubled_sources(errors, failed_sources))
