@@ -32,8 +32,8 @@ from graphwright.stages.resolve.pair_cache import (
     hopeless,
     memo_from,
     memo_table,
-    settled_codes,
     name_scores,
+    settled_codes,
     split_rows,
 )
 from graphwright.stages.resolve.rows import (

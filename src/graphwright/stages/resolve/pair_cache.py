@@ -46,14 +46,10 @@ def set_hashes(owner: np.ndarray, item_hash: np.ndarray, n: int) -> np.ndarray:
 EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")
 
 
-def valid_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> pa.Table | None:
-    """The cached rows whose two keys still have the fingerprints they were scored with."""
-    return split_rows(table, fingerprint)[0]
-
-
 def split_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> tuple[pa.Table | None, pa.Table | None]:
-    """(valid_rows, the other cached rows whose two keys are both still there: pairs to score
-    again, whose name scores hold, being functions of the two keys alone)."""
+    """(the cached rows whose two keys still have the fingerprints they were scored with, the
+    other cached rows whose two keys are both still there: pairs to score again, whose name
+    scores hold, being functions of the two keys alone)."""
     if table is None or not table.num_rows:
         return None, None
     keys = pa.array(list(fingerprint), pa.string())
@@ -96,7 +92,7 @@ def settled_codes(table: pa.Table | None, keys: list[str], below: float) -> np.n
 
 
 def memo_from(table: pa.Table | None, at_least: float = float("-inf")) -> dict[tuple[str, str], PairEvidence]:
-    """The evidence of valid_rows(...) scoring at least `at_least`, as the scorer's memo."""
+    """The evidence of split_rows(...)[0] scoring at least `at_least`, as the scorer's memo."""
     if table is None or not table.num_rows:
         return {}
     table = table.filter(pc.greater_equal(table.column("score"), at_least))
