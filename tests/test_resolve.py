@@ -227,3 +227,56 @@ def test_the_text_fetcher_reads_each_wanted_hash_from_its_first_row_without_a_se
         got = fetch(wanted)
     assert got.take(np.sort(wanted[:3])).to_pylist() == [["a", "b", "d"][i] for i in np.argsort(wanted[:3])]
     assert sorted(reads) == ["f0", "f1"]  # 'b' from row 1 (f0), not row 3 (f1), though the pool lists 3 first
+
+
+def test_the_alias_table_takes_each_names_key_from_the_dictionary_and_equals_a_row_by_row_build():
+    """One row per mentioned name, in code point order, with the key the dictionary computed when
+    it met the name (computing it again for every alias took most of the table's time)."""
+    from graphwright.stages.resolve import core
+    from graphwright.stages.resolve.codes import Dictionary
+    from graphwright.stages.resolve.scoring import PairEvidence
+    from graphwright.storage import contracts
+    from graphwright.text.names import resolution_key
+
+    rng = random.Random(11)
+    words = ["Scrooge", "Marley", "Ébenezer", "Cratchit", "日本", "Bob", "Tiny Tim", "Fezziwig", "Belle"]
+    surface = sorted({" ".join(rng.sample(words, rng.randint(1, 2))) + rng.choice(["", "'s", " ", "."]) for _ in range(200)})
+    names = Dictionary(resolution_key)
+    m_name = names.codes(pa.array([rng.choice(surface) for _ in range(2_000)], pa.string()))
+    m_count = np.array([rng.randint(1, 3) for _ in range(len(m_name))], np.int64)
+    keys = sorted({names._keys[c] for c in m_name.tolist()})
+    canonical = {k: keys[(i // 3) * 3] for i, k in enumerate(keys)}  # every third key heads a cluster
+    accepted = {(min(k, c), max(k, c)): (PairEvidence(min(k, c), max(k, c), 0.9, 0.8, False, 0.5, 0.5, None, "compatible"), "linked")
+                for k, c in canonical.items() if k != c}
+    heads = sorted(set(canonical.values()))
+    entity_ids = [f"e{i}" for i in range(len(heads))]
+    entity_of_key = np.array([heads.index(canonical[k]) for k in keys])
+
+    def reference():  # the table built a row at a time, as before
+        best = {}
+        for (a, b), (e, how) in accepted.items():
+            for k in (a, b):
+                if k not in best or (-e.score, e.a, e.b) < (-best[k][0].score, best[k][0].a, best[k][0].b):
+                    best[k] = (e, how)
+        counts = np.bincount(m_name, weights=m_count, minlength=len(names.values))
+        rows = []
+        for code in sorted(set(m_name.tolist()), key=lambda c: names.values[c]):
+            key = resolution_key(names.values[code])
+            if key == canonical[key]:
+                how, why = "normalized_name", f"normalizes to {key!r}"
+            else:
+                e, how = best[key]
+                other = e.b if e.a == key else e.a
+                why = f"normalizes to {key!r}; merged into {canonical[key]!r} via {other!r} ({e.describe()})"
+            rows.append({"alias": names.values[code], "entity_id": entity_ids[entity_of_key[keys.index(key)]], "method": how,
+                         "evidence": why, "mention_count": int(counts[code])})
+        return pa.Table.from_pylist(rows, schema=contracts.schema("entity_aliases").arrow)
+
+    expected = reference()
+
+    def refused(value):
+        raise AssertionError("the key computed again")
+
+    names.key = refused
+    got = core._alias_table(names, m_name, m_count, keys, canonical, accepted, entity_ids, entity_of_key)
+    assert got.equals(expected) and got.num_rows == len(set(m_name.tolist())) > 50

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.config import ResolveConfig
@@ -44,7 +45,7 @@ from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
 from graphwright.storage import contracts
 from graphwright.text.names import normalize_name, resolution_key
 from graphwright.util import memory
-from graphwright.util.numeric import distinct_codes, distinct_lists, grouped_order, unique, unique_inverse
+from graphwright.util.numeric import distinct_codes, distinct_lists, grouped_order, to_numpy, unique, unique_inverse
 
 
 def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
@@ -361,12 +362,17 @@ def _alias_table(names: Dictionary, m_name, m_count, keys, canonical, accepted, 
         other = e.b if e.a == key else e.a
         return how, f"normalizes to {key!r}; merged into {c!r} via {other!r} ({e.describe()})"
 
+    # the names in sorted order (Arrow sorts UTF-8 bytes: code point order, as Python does), each
+    # with the key the dictionary computed when it first met the name
+    codes = distinct_codes(m_name, len(names.values))
+    aliases = pa.array([names.values[c] for c in codes.tolist()], pa.string())
+    order = to_numpy(pc.sort_indices(aliases), np.int64)
+    codes, aliases = codes[order], aliases.take(order)
+    alias_keys = names.keys[codes].tolist() if len(codes) else []
     key_index = {k: i for i, k in enumerate(keys)}
+    evidence = [merge_evidence(k) for k in alias_keys]
     counts = np.bincount(m_name, weights=m_count, minlength=len(names.values)).astype(np.int64)
-    rows = []
-    for code in sorted(distinct_codes(m_name, len(names.values)).tolist(), key=lambda c: names.values[c]):
-        key = names.key(names.values[code])
-        how, why = merge_evidence(key)
-        rows.append({"alias": names.values[code], "entity_id": entity_ids[entity_of_key[key_index[key]]], "method": how,
-                     "evidence": why, "mention_count": int(counts[code])})
-    return pa.Table.from_pylist(rows, schema=contracts.schema("entity_aliases").arrow)
+    return pa.table({"alias": aliases, "entity_id": pa.array([entity_ids[entity_of_key[key_index[k]]] for k in alias_keys], pa.string()),
+                     "method": pa.array([how for how, _ in evidence], pa.string()),
+                     "evidence": pa.array([why for _, why in evidence], pa.string()),
+                     "mention_count": pa.array(counts[codes], pa.int64())}, schema=contracts.schema("entity_aliases").arrow)
