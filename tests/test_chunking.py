@@ -129,6 +129,35 @@ def test_chunker_batch_function():
     assert [r["chunk_id"] for r in rows if r["doc_id"] == "d1"] == [c["chunk_id"] for c in chunk_text("d1", TEXT, 32, 8)]
 
 
+def test_a_batch_is_tokenized_together_and_chunked_as_each_document_alone(monkeypatch):
+    """The Chunker tokenizes a batch's documents in one encode_batch (the tokenizer's threads)
+    and passes each its spans; a document longer than a window is still read a window at a
+    time. The chunks equal those of each document chunked alone."""
+    from graphwright.text import tokens
+
+    monkeypatch.setattr(tokens, "WINDOW_CHARS", 400)  # TEXT is longer: it keeps its windows
+    texts = [TEXT, "A short note about Port Elling.", "", "Mara Voss wrote. " * 20]
+    assert len(TEXT) > 400 >= max(len(t) for t in texts[1:])
+    expected = [row for i, text in enumerate(texts) for row in chunk_text(f"d{i}", text, 32, 8)]
+    calls = []
+    real = tokens.tokenizer()
+
+    class Counting:
+        def encode(self, text, **kwargs):
+            calls.append(("encode", len(text)))
+            return real.encode(text, **kwargs)
+
+        def encode_batch(self, batch, **kwargs):
+            calls.append(("encode_batch", len(batch)))
+            return real.encode_batch(batch, **kwargs)
+
+    monkeypatch.setattr(tokens, "tokenizer", lambda: Counting())
+    docs = pa.table({"doc_id": [f"d{i}" for i in range(len(texts))], "content_hash": ["h"] * len(texts), "text": texts})
+    rows = Chunker(32, 8)(docs).to_pylist()
+    assert [{k: r[k] for k in expected[0]} for r in rows] == expected
+    assert calls[0] == ("encode_batch", 3) and all(kind == "encode" and n > 0 for kind, n in calls[1:])  # TEXT's windows
+
+
 def test_inserting_a_paragraph_above_keeps_later_chunk_ids():
     before = chunk_text("doc", TEXT, 32, 8)
     after = chunk_text("doc", "A short preface.\n\n" + TEXT, 32, 8)

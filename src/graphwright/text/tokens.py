@@ -44,8 +44,20 @@ def token_windows(text: str, window_chars: int = WINDOW_CHARS) -> Iterator[list[
     while start < len(text):
         end = _cut(text, start + window_chars, window_chars)
         spans = tokenizer().encode(text[start:end], add_special_tokens=False).offsets
-        yield [(a + start, b + start) for a, b in spans]
+        yield spans if not start else [(a + start, b + start) for a, b in spans]
         start = end
+
+
+def whole_spans(texts: list[str]) -> list[list[tuple[int, int]] | None]:
+    """token_spans of each text no longer than one window, tokenized together (the tokenizer
+    spreads a batch over its threads); None for a longer text, which token_windows reads a window
+    at a time."""
+    short = [i for i, text in enumerate(texts) if len(text) <= WINDOW_CHARS]
+    out: list[list[tuple[int, int]] | None] = [None] * len(texts)
+    encoded = tokenizer().encode_batch([texts[i] for i in short], add_special_tokens=False) if short else []
+    for i, e in zip(short, encoded):
+        out[i] = e.offsets
+    return out
 
 
 def _cut(text: str, at: int, window_chars: int) -> int:

@@ -16,16 +16,18 @@ from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
 from graphwright.storage.patch import patch_table
+from graphwright.text.tokens import whole_spans
 
 DOCUMENTS_PER_BATCH = 8  # documents vary in length far more than chunks: small batches spread the work
 
 
-def chunk_text(doc_id: str, text: str, size: int, overlap: int, min_tokens: int | None = None) -> list[dict]:
+def chunk_text(doc_id: str, text: str, size: int, overlap: int, min_tokens: int | None = None,
+               spans: list[tuple[int, int]] | None = None) -> list[dict]:
     """The chunk rows of one document (stages.chunk.plan: tokenized in windows, so a huge
-    document's memory stays bounded)."""
+    document's memory stays bounded; `spans`: its token spans, if known)."""
     rows, seen = [], {}
     min_tokens = (2 * size) // 3 if min_tokens is None else min_tokens
-    for index, (first, end, start_char, end_char) in enumerate(plan_chunks(text, size, overlap, min_tokens)):
+    for index, (first, end, start_char, end_char) in enumerate(plan_chunks(text, size, overlap, min_tokens, spans=spans)):
         piece = text[start_char:end_char]
         occurrence = seen.get(piece, 0)
         seen[piece] = occurrence + 1
@@ -51,8 +53,12 @@ class Chunker:
 
     def __call__(self, docs: pa.Table) -> pa.Table:
         rows = []
-        for did, dhash, text in zip(*(docs.column(c).to_pylist() for c in ("doc_id", "content_hash", "text"))):
-            for row in chunk_text(did, text, self.size, self.overlap, self.min_tokens):
+        texts = docs.column("text").to_pylist()
+        # the batch's documents tokenized together, on the tokenizer's threads (one `encode` per
+        # document was half of chunking's time: 8.0 of 15.7 s for 1,500 documents under cProfile)
+        spans = whole_spans(texts)
+        for did, dhash, text, known in zip(docs.column("doc_id").to_pylist(), docs.column("content_hash").to_pylist(), texts, spans):
+            for row in chunk_text(did, text, self.size, self.overlap, self.min_tokens, known):
                 row["doc_hash"] = dhash
                 rows.append(row)
         return pa.Table.from_pylist(rows, schema=contracts.schema("chunks").arrow)

@@ -37,8 +37,9 @@ class TokenBuffer:
     """The tokens of a text by global index, tokenized a window at a time as they are asked for;
     `release(i)` forgets those before token i."""
 
-    def __init__(self, text: str, window_chars: int = WINDOW_CHARS):
-        self._windows = token_windows(text, window_chars)
+    def __init__(self, text: str, window_chars: int = WINDOW_CHARS, spans: list[tuple[int, int]] | None = None):
+        """`spans`: the text's token_spans when the caller has them (text.tokens.whole_spans)."""
+        self._windows = iter([spans]) if spans is not None else token_windows(text, window_chars)
         self.base = 0  # global index of starts[0]
         self.starts: list[int] = []
         self.ends: list[int] = []
@@ -50,9 +51,10 @@ class TokenBuffer:
             window = next(self._windows, None)
             if window is None:
                 self._exhausted = True
-            else:
-                self.starts.extend(a for a, _ in window)
-                self.ends.extend(b for _, b in window)
+            elif window:
+                starts, ends = zip(*window)
+                self.starts.extend(starts)
+                self.ends.extend(ends)
         return i < self.base + len(self.starts)
 
     def start(self, i: int) -> int:
@@ -130,8 +132,8 @@ def _cores(text: str, tokens: TokenBuffer, size: int, overlap: int, min_tokens: 
         yield start, last_end
 
 
-def plan_chunks(text: str, size: int, overlap: int, min_tokens: int,
-                window_chars: int = WINDOW_CHARS) -> Iterator[tuple[int, int, int, int]]:
+def plan_chunks(text: str, size: int, overlap: int, min_tokens: int, window_chars: int = WINDOW_CHARS,
+                spans: list[tuple[int, int]] | None = None) -> Iterator[tuple[int, int, int, int]]:
     """Chunks with content-defined boundaries: (first token, end token, start char, end char).
 
     Chunks end at sentence ends: once a chunk holds `min_tokens`, it ends after the first sentence
@@ -139,10 +141,11 @@ def plan_chunks(text: str, size: int, overlap: int, min_tokens: int,
     depends only on nearby text, so inserting a paragraph changes the chunks around it and
     leaves the ids of the others unchanged (fixed windows would shift every later chunk).
     Each chunk but the first then starts up to `overlap` tokens early, at a word start.
+    `spans`: the text's token spans if already known.
     """
     if overlap >= size:
         raise ValueError(f"chunk overlap ({overlap}) must be smaller than chunk size ({size})")
-    tokens = TokenBuffer(text, window_chars)
+    tokens = TokenBuffer(text, window_chars, spans)
     previous = None
     for a, b in _cores(text, tokens, size, overlap, min_tokens):
         if previous is not None and overlap:
