@@ -19,6 +19,8 @@ import zlib
 
 import numpy as np
 
+from graphwright.util.numeric import unique_inverse
+
 
 def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
     """Hashed character n-gram counts ('#scrooge#' -> '#sc', 'scr', ...), L2-normalized, so that
@@ -46,9 +48,9 @@ def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
     for d in range(n):  # a position past the text's end holds NO_POINT
         point = np.where(at + d < end, points[np.minimum(at + d, len(points) - 1)], _NO_POINT)
         code = (code << 21) | point
-    distinct, inverse = np.unique(code, return_inverse=True)
+    distinct, inverse = unique_inverse(code)
     bucket = np.array([zlib.crc32(_gram(c, n).encode("utf-8", "surrogatepass")) % dim for c in distinct.tolist()], dtype=np.int64)
-    counts = np.bincount(row * dim + bucket[inverse.reshape(-1)], minlength=len(texts) * dim)
+    counts = np.bincount(row * dim + bucket[inverse], minlength=len(texts) * dim)
     out[:] = counts.reshape(len(texts), dim)
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.maximum(norms, 1e-12)
