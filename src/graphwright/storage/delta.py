@@ -36,8 +36,9 @@ def sql_list(values) -> str:
     return "(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
 
 
-# rows_in joins more keys than this in one scan: an IN-list query reads the whole table (at 1.2M chunks
-IN_LIST_KEYS = 500  # the texts of 200 / 1000 / 5000 chunks: 0.4 / 1.1 / 5.3 s by IN-lists, 0.7 / 0.7 / 0.8 s joined)
+# rows_in joins more keys than this in one scan: an IN-list query reads the whole table (at 1.2M
+# chunks, the texts of 200 / 1000 / 5000 chunks: 0.4 / 1.1 / 5.3 s by IN-lists, 0.7 / 0.7 / 0.8 s joined)
+IN_LIST_KEYS = 500
 # Every DELETE scans the table and rewrites each file holding a match, so fewer, longer IN lists are
 # faster: deleting 14k embeddings of a 1.2M-chunk index took 170 s in lists of 1000, 39 s in lists of
 # 5000 (bench/delete_batches.py). Not one list for all: delta-rs parses the predicate recursively on

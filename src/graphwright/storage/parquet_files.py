@@ -60,7 +60,7 @@ def write_parquet(table: pa.Table, where) -> None:
 
 
 @functools.cache
-def delta_writer_properties(name: str | None = None):
+def delta_writer_properties(name: str):
     """The same settings for delta-rs's writer (write_deltalake, MERGE, DELETE, compaction) of
     table `name`: its floating-point columns without a dictionary, as write_parquet writes them.
     delta-rs sets a column's properties by name for top-level columns only, so a table with a
@@ -70,8 +70,6 @@ def delta_writer_properties(name: str | None = None):
 
     from graphwright.storage import contracts
 
-    if name is None or name not in contracts.all_schemas():
-        return WriterProperties(compression="LZ4_RAW")
     schema = contracts.schema(name).arrow
     floats = [path for path, kind in leaf_paths(schema) if pa.types.is_floating(kind)]
     off, on = ColumnProperties(dictionary_enabled=False), ColumnProperties(dictionary_enabled=True)
