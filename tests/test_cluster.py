@@ -456,3 +456,23 @@ def test_a_partition_in_another_thread_is_the_one_the_main_thread_gets():
     for t in threads:
         t.join()
     assert all(np.array_equal(g, want) for g in got)
+
+
+@pytest.mark.parametrize("engine", ["igraph", "leidenalg"])
+def test_a_graph_engine_imports_igraph_without_matplotlib(engine):
+    """python-igraph imports matplotlib.pyplot whenever it is installed (0.4-0.7 s per process
+    that clusters): the engines import it with matplotlib hidden, and matplotlib stays importable."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import numpy as np
+from graphwright.engines.graph import make_engine
+labels = make_engine({engine!r}).partition(4, np.array([[0, 1], [2, 3]]), np.ones(2), resolution=1.0, seed=1, n_iterations=2)
+assert len(set(labels[:2])) == 1 and labels[0] != labels[2], labels
+assert "igraph" in sys.modules and "matplotlib" not in sys.modules, sorted(m for m in sys.modules if "matplotlib" in m)[:5]
+import matplotlib.pyplot
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from graphwright.engines.graph.graphs import igraph_graph
+from graphwright.engines.graph.graphs import igraph_graph, load_igraph
 
 
 def group_node_weights(n: int, edges: np.ndarray, weights: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -42,7 +42,7 @@ class IgraphEngine:
         `strength` and `total` (each node's weighted degree in a larger graph, and that graph's
         2m), the nodes are partitioned by the larger graph's modularity, as if every node outside
         stayed where it is (CPM with node weights k_i / sqrt(2m))."""
-        import igraph as ig
+        ig = load_igraph()
 
         graph = igraph_graph(n, edges)
         options = {"edge_weights": np.asarray(weights, dtype=np.float64).tolist(), "n_iterations": n_iterations,

@@ -15,9 +15,9 @@ class LeidenalgEngine:
     holds_gil = True
 
     def partition(self, n, edges, weights, *, resolution, seed, n_iterations, initial=None):
+        graph = igraph_graph(n, edges)  # igraph first, imported without matplotlib (graphs.load_igraph)
         import leidenalg
 
-        graph = igraph_graph(n, edges)
         part = leidenalg.find_partition(
             graph, leidenalg.RBConfigurationVertexPartition, weights=np.asarray(weights, dtype=np.float64).tolist(),
             resolution_parameter=resolution, seed=seed, n_iterations=n_iterations,
