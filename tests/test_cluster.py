@@ -476,3 +476,18 @@ import matplotlib.pyplot
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_cluster_pools_workers_have_igraph_without_matplotlib():
+    """The pools' forkserver preloads igraph for its workers, without matplotlib."""
+    import subprocess
+    import sys
+
+    code = """
+from graphwright.stages.cluster.hierarchy import _start_pool
+with _start_pool(1) as pool:
+    loaded = pool.submit(eval, "[m in __import__('sys').modules for m in ('igraph', 'matplotlib')]").result()
+assert loaded == [True, False], loaded
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

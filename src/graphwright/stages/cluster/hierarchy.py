@@ -226,7 +226,7 @@ def _start_pool(workers: int) -> ProcessPoolExecutor:
 def _context():
     # forkserver: the driver may hold threads (Delta's runtime, Ray) that a plain fork would copy
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["graphwright.stages.cluster.hierarchy", "igraph"])
+    context.set_forkserver_preload(["graphwright.stages.cluster.hierarchy", "graphwright.engines.graph.preload"])
     return context
 
 
