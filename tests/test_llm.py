@@ -269,3 +269,24 @@ def test_eval_scores_answers_and_counts_their_tokens(server, tmp_path, monkeypat
     assert all(0 <= p["f1"] <= 1 for p in result["per_question"])
     assert answer_scores("It rises in the hills above Amberfield [2].", "in the hills above Amberfield") == (1.0, pytest.approx(0.8))
     assert evaluate(str(index), questions, "naive", 5, answer=False).get("answered") is None
+
+
+def test_a_requests_cache_key_is_made_once_per_model(monkeypatch):
+    """A report's request is keyed for its cache lookup and again when its answer is recorded:
+    the JSON and SHA-256 are made once per model, and a copy with other sampling gets its own key."""
+    import dataclasses
+    import hashlib
+
+    from graphwright.engines.llm import interface
+
+    made = []
+    real = hashlib.sha256
+    monkeypatch.setattr(interface.hashlib, "sha256", lambda data: made.append(data) or real(data))
+    request = interface.LLMRequest(messages=(("user", "a long context " * 500),), json_schema={"type": "object"})
+    first = request.cache_key("m")
+    assert request.cache_key("m") == first and len(made) == 1
+    assert request.cache_key("other") != first and len(made) == 2
+    hotter = dataclasses.replace(request, temperature=0.5)
+    assert hotter.cache_key("m") != first and len(made) == 3
+    assert request == interface.LLMRequest(messages=request.messages, json_schema={"type": "object"})
+    assert "_keys" not in repr(request)

@@ -16,9 +16,18 @@ class LLMRequest:
     max_tokens: int = 1024
     temperature: float = 0.0
     prompt_version: str = ""
+    # each model's key, made once: a report's request is keyed for its cache lookup and again when
+    # its answer is recorded (a report prompt's JSON and SHA-256 cost about 0.5 ms)
+    _keys: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def cache_key(self, model: str) -> str:
         """Identifies a call: model, prompt version, sampling parameters and the input."""
+        key = self._keys.get(model)
+        if key is None:
+            key = self._keys[model] = self._key(model)
+        return key
+
+    def _key(self, model: str) -> str:
         payload = json.dumps(
             {"model": model, "prompt_version": self.prompt_version, "max_tokens": self.max_tokens,
              "temperature": self.temperature, "schema": self.json_schema, "messages": self.messages},
