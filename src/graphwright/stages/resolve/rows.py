@@ -20,13 +20,28 @@ from graphwright.util.numeric import distinct_codes, distinct_lists, first_index
 
 def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
     """The rows the update really added or removed: a file that a DELETE rewrote is removed and
-    added again with most of its rows, and those cancel out (rows compare by all `columns`)."""
+    added again with most of its rows, and those cancel out (rows compare by all `columns`).
+    Rows are grouped by a hash of all columns (Arrow's hash table), each checked equal to its
+    group's first row; only the changed rows are sorted. 600k rows: 0.40 s sorting them all by
+    seven columns, 0.09 s so."""
     removed, added = adv.removed.arrays, adv.added.arrays
     if not len(adv.removed):
         return {c: added[c] for c in columns}
     both = {c: np.concatenate([removed[c], added[c]]) for c in columns}
     sign = np.r_[np.full(len(adv.removed), -1, np.int64), np.ones(len(adv.added), np.int64)]
     keys = [both[c].view(np.int64) if both[c].dtype == np.float64 else both[c].astype(np.int64) for c in columns]
+    group = to_numpy(pc.dictionary_encode(pa.array(mix(*keys))).indices, np.int64)  # numbered in order of first appearance
+    seen = np.maximum.accumulate(group)
+    firsts = np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])  # firsts[g]: group g's first row
+    if all(np.array_equal(k, k[firsts[group]]) for k in keys):
+        changed = firsts[np.bincount(group, weights=sign, minlength=len(firsts)) != 0]
+        changed = changed[np.lexsort([k[changed] for k in keys[::-1]])]
+    else:  # two distinct rows share a hash: group them by sorting on every column
+        changed = _net_rows_sorted(keys, sign)
+    return {c: both[c][changed] for c in columns}
+
+
+def _net_rows_sorted(keys: list[np.ndarray], sign: np.ndarray) -> np.ndarray:
     order = np.lexsort(keys[::-1])
     sorted_keys = [k[order] for k in keys]
     new_group = np.ones(len(order), dtype=bool)
@@ -34,9 +49,7 @@ def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
         new_group[1:] = np.any([k[1:] != k[:-1] for k in sorted_keys], axis=0)
     group = np.cumsum(new_group) - 1
     net = np.bincount(group, weights=sign[order], minlength=int(group[-1]) + 1 if len(group) else 0)
-    firsts = order[new_group]
-    changed = firsts[net != 0]
-    return {c: both[c][changed] for c in columns}
+    return order[new_group][net != 0]
 
 
 def chunk_ranks(store, chunk_names: pa.Array) -> np.ndarray:
