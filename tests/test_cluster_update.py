@@ -256,3 +256,40 @@ def test_a_refresh_check_made_after_the_levels_gives_the_levels_of_the_check_mad
     assert asked == [1] and inline_stats["refreshed"] == (gain < 1)
     assert stats == inline_stats
     assert [[(m.tolist(), p) for m, p in level] for level in levels] == [[(m.tolist(), p) for m, p in level] for level in inline]
+
+
+def test_an_update_makes_again_only_the_chunk_digests_of_changed_entity_rows(tmp_path, monkeypatch):
+    """The state keeps each entity's chunk-list digest and the entities version they are of: an
+    update hashes the rows the Delta log says changed, without DataFusion's scan of every chunk
+    list, and gets the digests that scan gives."""
+    import numpy as np
+
+    from graphwright.config import load_config
+    from graphwright.pipeline.runner import run_index
+    from graphwright.stages.cluster import update
+    from graphwright.storage.delta import IndexStore
+
+    config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 32},
+                                    "ingest": {"max_delete_fraction": 1.0}, "cluster": {"max_cluster_size": 3}})
+    src = tmp_path / "src"
+    src.mkdir()
+    groups = {"d": ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad"],
+              "e": ["Goran Petrov", "Hana Ito", "Ivo Lind", "Jonas Berg", "Karin Solberg", "Lena Vogt"]}
+    for prefix, people in groups.items():  # two groups that share no one: an edit of one leaves the other's rows
+        for d in range(6):
+            (src / f"{prefix}{d}.txt").write_text(" ".join(f"{people[(d + i) % 6]} met {people[(d + 2 * i + 1) % 6]} in Port Elling."
+                                                           for i in range(3)))
+    run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
+    (src / "d0.txt").write_text("Alice Moreau wrote to Emil Novak near Kestrel Island.")
+    (src / "d7.txt").write_text("Mira Sandoval met Alice Moreau in Amberfield.")
+    full, hashed = [], []
+    real_full, real_md5 = update.chunk_digests, update._md5_hex
+    monkeypatch.setattr(update, "chunk_digests", lambda store, ids: full.append(len(ids)) or real_full(store, ids))
+    monkeypatch.setattr(update, "_md5_hex", lambda texts: hashed.append(len(texts)) or real_md5(texts))
+    run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
+    store = IndexStore(tmp_path / "index")
+    state = update.load_state(store)
+    entity_ids = state["entity_ids"].to_pylist()
+    assert full == [] and 0 < sum(hashed) < len(entity_ids)
+    assert np.array_equal(state["digests"], real_full(store, entity_ids))
+    assert state["entities_version"] == store.version("entities")
