@@ -260,3 +260,26 @@ def test_pairs_scored_again_reuse_their_name_scores(tmp_path, monkeypatch):
     assert again and not again & set(named)
     assert set(named) <= set(scored) - before
     _assert_equals_fresh(tmp_path, src, index, docs)
+
+
+def test_the_pair_cache_keeps_its_rows_and_adds_the_memos_new_pairs_without_a_set_of_every_pair(monkeypatch):
+    """memo_table: the kept rows, then the memo's pairs that are not among them (and whose keys
+    are still there), matched in Arrow: no Python set of the cached pairs (290k at 145k chunks)."""
+    from graphwright.stages.resolve import pair_cache
+    from graphwright.stages.resolve.scoring import PairEvidence
+
+    def evidence(a, b, score):
+        return PairEvidence(a, b, score, 0.5, False, 0.1, 0.2, None, "compatible")
+
+    fingerprint = {k: i for i, k in enumerate(["ann", "ann lee", "bo", "bo lee", "cy", "cy lee"])}
+    cached = [evidence("ann", "ann lee", 0.9), evidence("bo", "bo lee", 0.2), evidence("bo", "cy", 0.1)]
+    kept = pair_cache.memo_table({(e.a, e.b): e for e in cached}, fingerprint)
+    memo = {(e.a, e.b): e for e in cached[:1]}  # a kept pair linking looked at again
+    memo |= {(e.a, e.b): e for e in (evidence("cy", "cy lee", 0.8), evidence("ann", "gone", 0.7), evidence("ann lee", "bo", 0.3))}
+
+    monkeypatch.setattr(pair_cache, "set", lambda *args: 1 / 0, raising=False)  # shadows the builtin in the module
+    table = pair_cache.memo_table(memo, fingerprint, kept)
+    monkeypatch.undo()
+    rows = list(zip(*(table.column(c).to_pylist() for c in ("a", "b", "score", "fa", "fb"))))
+    assert rows == [("ann", "ann lee", 0.9, 0, 1), ("bo", "bo lee", 0.2, 2, 3), ("bo", "cy", 0.1, 2, 4),
+                    ("cy", "cy lee", 0.8, 4, 5), ("ann lee", "bo", 0.3, 1, 2)]

@@ -101,13 +101,21 @@ def memo_from(table: pa.Table | None, at_least: float = float("-inf")) -> dict[t
 
 
 def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str, int], kept: pa.Table | None = None) -> pa.Table:
-    """The cache to keep: `kept` (the valid cached rows) and the pairs of `memo` not among them."""
-    have = set() if kept is None else set(zip(kept.column("a").to_pylist(), kept.column("b").to_pylist()))
-    pairs = [e for p, e in memo.items() if p not in have and e.a in fingerprint and e.b in fingerprint]
+    """The cache to keep: `kept` (the valid cached rows) and the pairs of `memo` not among them.
+    The pairs are matched as joined keys in Arrow: a Python set of the kept pairs took 0.3 s of
+    a 0.1% update at 145k chunks (290k cached pairs, against 35k in the memo)."""
+    pairs = [(p, e) for p, e in memo.items() if e.a in fingerprint and e.b in fingerprint]
+    if kept is not None and kept.num_rows and pairs:
+        mine = pc.binary_join_element_wise(pa.array([p[0] for p, _ in pairs], pa.string()),
+                                           pa.array([p[1] for p, _ in pairs], pa.string()), "\x1f")
+        have = pc.binary_join_element_wise(kept.column("a"), kept.column("b"), "\x1f")
+        new = pc.invert(pc.is_in(mine, value_set=have)).to_pylist()
+        pairs = [pair for pair, keep in zip(pairs, new) if keep]
+    evidence = [e for _, e in pairs]
     table = pa.table({
-        "a": pa.array([e.a for e in pairs], pa.string()), "b": pa.array([e.b for e in pairs], pa.string()),
-        "fa": pa.array([fingerprint[e.a] for e in pairs], pa.int64()), "fb": pa.array([fingerprint[e.b] for e in pairs], pa.int64()),
-        **{c: pa.array([getattr(e, c) for e in pairs], pa.float64() if c in ("score", "name", "neighbours", "chunks", "embedding")
+        "a": pa.array([e.a for e in evidence], pa.string()), "b": pa.array([e.b for e in evidence], pa.string()),
+        "fa": pa.array([fingerprint[e.a] for e in evidence], pa.int64()), "fb": pa.array([fingerprint[e.b] for e in evidence], pa.int64()),
+        **{c: pa.array([getattr(e, c) for e in evidence], pa.float64() if c in ("score", "name", "neighbours", "chunks", "embedding")
                        else pa.bool_() if c == "contained" else pa.string()) for c in EVIDENCE},
     })
     return table if kept is None else pa.concat_tables([kept.cast(table.schema), table])
