@@ -293,13 +293,3 @@ def test_an_update_makes_again_only_the_chunk_digests_of_changed_entity_rows(tmp
     assert full == [] and 0 < sum(hashed) < len(entity_ids)
     assert np.array_equal(state["digests"], real_full(store, entity_ids))
     assert state["entities_version"] == store.version("entities")
-    # the changed rows' lists come from resolve's coded lineage, else from the table: the same lists
-    from graphwright.storage import lineage
-
-    lists = {r["entity_id"]: r["chunk_ids"] for r in store.read("entities", columns=["entity_id", "chunk_ids"]).to_pylist()}
-    wanted = pa.array(entity_ids[::-2], pa.string())
-    monkeypatch.setattr(store, "rows_in", lambda *args, **kwargs: 1 / 0)
-    assert update._chunk_lists(store, wanted).to_pylist() == [lists[e] for e in wanted.to_pylist()]
-    monkeypatch.undo()
-    monkeypatch.setattr(lineage, "current", lambda store: None)
-    assert update._chunk_lists(store, wanted).to_pylist() == [lists[e] for e in wanted.to_pylist()]
