@@ -3,7 +3,6 @@ stages.cluster.incremental, and only the changed communities' rows, patched into
 
 from __future__ import annotations
 
-import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -19,7 +18,6 @@ from graphwright.stages.cluster.incremental import (checked_levels, fresh_top, g
                                                     incremental_levels, previous_levels)
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage import contracts
-from graphwright.storage.changes import changes_since
 from graphwright.storage.patch import data_files, patch_table
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
@@ -46,46 +44,10 @@ def chunk_digests(store, entity_ids: list[str]) -> np.ndarray:
     return out
 
 
-def updated_digests(store, entity_ids: list[str], old: dict) -> np.ndarray:
-    """chunk_digests, with the state's digests kept for the entities whose rows did not change
-    since the entities version the state records, and made again for those that did, from the
-    rows the Delta log says changed (a 0.1% update at 145k chunks: 592 of 41,276 rows). The
-    whole table is read where the log cannot tell, or a current entity is in neither."""
-    since = old.get("entities_version")
-    changes = changes_since(store, "entities", since, "entity_id", ["entity_id", "chunk_ids"]) if since is not None else None
-    if changes is None:
-        return chunk_digests(store, entity_ids)
-    ids_now = pa.array(entity_ids, pa.string())
-    old_at = _positions(ids_now, old["entity_ids"])
-    out = np.where(old_at >= 0, old["digests"][np.maximum(old_at, 0)], 0)
-    known = old_at >= 0
-    rows = changes.rows.filter(pc.is_in(changes.rows.column("entity_id"), value_set=ids_now))
-    if rows.num_rows:
-        at = _positions(rows.column("entity_id"), ids_now)
-        out[at], known[at] = stable_hashes(_md5_hex(pc.binary_join(rows.column("chunk_ids"), ","))), True
-    return out if known.all() else chunk_digests(store, entity_ids)
-
-
-def _positions(names, among: pa.Array) -> np.ndarray:
-    return to_numpy(pc.fill_null(pc.index_in(names, value_set=among), -1), np.int64)
-
-
-def _md5_hex(texts: pa.ChunkedArray) -> list[str]:
-    """DataFusion's md5 of each string (lowercase hex), hashed from Arrow's buffer in place."""
-    out = []
-    for chunk in texts.chunks:
-        chunk = chunk.cast(pa.large_string())
-        offsets = np.frombuffer(chunk.buffers()[1], np.int64)[chunk.offset:chunk.offset + len(chunk) + 1]
-        data = memoryview(chunk.buffers()[2] or b"")
-        out.extend(hashlib.md5(data[a:b]).hexdigest() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()))
-    return out
-
-
 def save_state(store, entity_ids, edges, weights, digests, total: int) -> None:
     store.files.write_arrays(f"{STATE}/graph.npz", edges=edges.astype(np.int32), weights=weights, digests=digests)
     store.files.write_table(f"{STATE}/entities.arrow", pa.table({"entity_id": pa.array(entity_ids, pa.string())}))
-    # the entities version the digests are of: the next update makes again only the changed rows' (updated_digests)
-    note = {"communities": store.version("communities"), "entities": store.version("entities"), "total": str(total)}
+    note = {"communities": store.version("communities"), "total": str(total)}
     store.files.write_bytes(f"{STATE}/state.json", json.dumps(note).encode())
 
 
@@ -97,7 +59,6 @@ def load_state(store) -> dict | None:
         arrays = store.files.read_arrays(f"{STATE}/graph.npz")
         arrays["entity_ids"] = store.files.read_table(f"{STATE}/entities.arrow").column("entity_id").combine_chunks()
         arrays["total"] = int(note["total"])
-        arrays["entities_version"] = note.get("entities")
         return arrays
     except Exception:  # noqa: BLE001 - no state, or an older one: cluster in full
         return None
@@ -192,8 +153,8 @@ def _fresh_top_of(side, n, edges, weights, config, engine):
 def _update(store, config, engine, workers, usage, old, entity_ids, edges, weights, relationships,
             touched, changed_new, changed_old, fresh) -> dict:
     n = len(entity_ids)
-    digests = updated_digests(store, entity_ids, old)
-    old_at = _positions(pa.array(entity_ids, pa.string()), old["entity_ids"])
+    digests = chunk_digests(store, entity_ids)
+    old_at = to_numpy(pc.fill_null(pc.index_in(pa.array(entity_ids, pa.string()), value_set=old["entity_ids"]), -1), np.int64)
     chunks_changed = (old_at < 0) | (old["digests"][np.maximum(old_at, 0)] != digests) if n else np.zeros(0, bool)
     node_hash = stable_hashes(entity_ids)
     total = graph_sum(node_hash, edges, weights)
