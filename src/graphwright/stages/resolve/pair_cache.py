@@ -102,8 +102,8 @@ def memo_from(table: pa.Table | None, at_least: float = float("-inf")) -> dict[t
 
 def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str, int], kept: pa.Table | None = None) -> pa.Table:
     """The cache to keep: `kept` (the valid cached rows) and the pairs of `memo` not among them.
-    The pairs are matched as joined keys in Arrow: a Python set of the kept pairs took 0.3 s of
-    a 0.1% update at 145k chunks (290k cached pairs, against 35k in the memo)."""
+    The pairs are matched as joined keys in Arrow, not through a Python set of the kept pairs
+    (290k in a 0.1% update at 145k chunks: 0.26 s for this function under cProfile, 0.18 s so)."""
     pairs = [(p, e) for p, e in memo.items() if e.a in fingerprint and e.b in fingerprint]
     if kept is not None and kept.num_rows and pairs:
         mine = pc.binary_join_element_wise(pa.array([p[0] for p, _ in pairs], pa.string()),
