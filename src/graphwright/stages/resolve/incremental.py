@@ -47,6 +47,7 @@ from graphwright.stages.resolve.rows import (
     used_codes,
 )
 from graphwright.storage import contracts, lineage
+from graphwright.storage.diff import key_column
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
 from graphwright.util.numeric import distinct_codes, to_numpy, unique
@@ -136,8 +137,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         if beyond is not None and kept is not None:
             present = pa.array(keys, pa.string())
             beyond = beyond.filter(pc.and_(pc.is_in(beyond.column("a"), value_set=present), pc.is_in(beyond.column("b"), value_set=present)))
-            have = pc.binary_join_element_wise(kept.column("a"), kept.column("b"), "\x1f")
-            other = pc.binary_join_element_wise(beyond.column("a"), beyond.column("b"), "\x1f")
+            have, other = key_column(kept, ("a", "b")), key_column(beyond, ("a", "b"))
             kept = pa.concat_tables([kept, beyond.filter(pc.invert(pc.is_in(other, value_set=have)))])
         memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
         reused = len(memo)

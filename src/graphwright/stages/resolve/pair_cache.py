@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from graphwright.stages.resolve.codes import text_hashes
 from graphwright.stages.resolve.scoring import W_CONTEXT, W_NAME, PairEvidence
+from graphwright.storage.diff import key_column
 from graphwright.util.numeric import unique
 
 _MASK = (1 << 63) - 1
@@ -106,10 +107,8 @@ def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str,
     (290k in a 0.1% update at 145k chunks: 0.26 s for this function under cProfile, 0.18 s so)."""
     pairs = [(p, e) for p, e in memo.items() if e.a in fingerprint and e.b in fingerprint]
     if kept is not None and kept.num_rows and pairs:
-        mine = pc.binary_join_element_wise(pa.array([p[0] for p, _ in pairs], pa.string()),
-                                           pa.array([p[1] for p, _ in pairs], pa.string()), "\x1f")
-        have = pc.binary_join_element_wise(kept.column("a"), kept.column("b"), "\x1f")
-        new = pc.invert(pc.is_in(mine, value_set=have)).to_pylist()
+        mine = key_column(pa.table({"a": [p[0] for p, _ in pairs], "b": [p[1] for p, _ in pairs]}), ("a", "b"))
+        new = pc.invert(pc.is_in(mine, value_set=key_column(kept, ("a", "b")))).to_pylist()
         pairs = [pair for pair, keep in zip(pairs, new) if keep]
     evidence = [e for _, e in pairs]
     table = pa.table({
