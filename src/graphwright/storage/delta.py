@@ -28,7 +28,8 @@ from graphwright.storage import contracts, health, location
 from graphwright.storage.health import table_error
 from graphwright.storage.log_retention import KEEP_LOG, TABLE_PROPERTIES
 from graphwright.storage.diff import key_column, row_diff, row_digests
-from graphwright.storage.parquet_files import delta_write, write_parquet
+from graphwright.storage.parquet_files import delta_write, spill
+from graphwright.storage.snapshots import TableSnapshots
 
 
 def sql_list(values) -> str:
@@ -68,20 +69,6 @@ def _file_sizes(dt: DeltaTable) -> dict[str, int]:
     return dict(zip(actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist()))
 
 
-def spill(name: str, parts: Iterable[pa.Table], folder: str) -> Iterator[tuple[str, pa.Table]]:
-    """Each part of a table, validated against its contract and written to a Parquet file in
-    `folder`: yields (path, validated part). A table too large to hold is diffed, filtered and
-    committed from these files; a part that fails validation stops the spill before any commit."""
-    schema = contracts.schema(name)
-    for i, part in enumerate(parts):
-        data = schema.validate(part)
-        path = f"{folder}/{i:06d}.parquet"
-        # row groups of a bounded size: a level of communities, written as one, held 1.3 GB of
-        # chunk lists at 1.2M chunks
-        write_parquet(data, path)
-        yield path, data
-
-
 class IndexStore:
     """The Delta tables of one index, under `root/tables/<name>`; `root` is a local directory
     (a Path) or an object-store URI (a str). Storage options default to the environment's
@@ -95,6 +82,7 @@ class IndexStore:
         # (what a stage's bytes_written is counted from, without reopening every table)
         self.journal: dict[str, int | None] | None = None
         self._table_stores: dict = {}
+        self._snapshots = TableSnapshots(self._open, self.table_files)
 
     @property
     def is_remote(self) -> bool:
@@ -104,8 +92,13 @@ class IndexStore:
         return location.join(self.root, "tables", name)
 
     def _table(self, name: str, version: int | None = None) -> DeltaTable | None:
+        """The table (at a version) for reading, opened once per version and thread (storage.snapshots)."""
+        return self._snapshots.get(name, version)
+
+    def _open(self, name: str, version: int | None = None, pinned: bool = False) -> DeltaTable | None:
         """The table (at a version), its log verified (storage.health); None if it does not exist,
-        StorageError if it cannot be read, or if a pinned version's table has no log."""
+        StorageError if it cannot be read, or if a version's table has no log (`pinned`: that
+        version was asked for, so it must not be a placeholder for a lost commit)."""
         try:
             dt = DeltaTable(self.path(name), version=version, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -114,7 +107,7 @@ class IndexStore:
             raise table_error(self.root, name, version, "its Delta log (_delta_log) is gone") from None
         except Exception as exc:  # a truncated or corrupt commit, a version no longer in the log
             raise table_error(self.root, name, version, exc) from None
-        health.VERIFIER.verify(self.root, name, self.path(name), self.table_files(name), dt.version(), version is not None)
+        health.VERIFIER.verify(self.root, name, self.path(name), self.table_files(name), dt.version(), pinned)
         return dt
 
     def table_files(self, name: str):
@@ -142,13 +135,14 @@ class IndexStore:
 
     def ensure(self, name: str) -> DeltaTable:
         """Create the table empty, with its contract's schema, if it does not exist yet; add the
-        columns a newer contract gained (always nullable) to a table written by an older one."""
-        dt = self._table(name)
+        columns a newer contract gained (always nullable) to a table written by an older one. The
+        table is opened for this writer alone."""
+        dt = self._open(name)
         if dt is not None:
             missing = _missing_fields(name, dt)
             if missing:
                 dt.alter.add_columns(list(Schema.from_arrow(pa.schema(missing)).fields), post_commithook_properties=KEEP_LOG)
-                dt = self._table(name)
+                dt = self._open(name)
         if dt is None:
             schema = contracts.schema(name)
             dt = DeltaTable.create(
@@ -361,7 +355,7 @@ class IndexStore:
 
     def delete(self, name: str, where: str) -> int:
         """Delete the rows matching a SQL predicate; returns how many were deleted."""
-        dt = self._table(name)
+        dt = self._open(name)
         if dt is None:
             return 0
         if self.journal is not None:

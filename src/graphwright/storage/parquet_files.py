@@ -15,6 +15,7 @@ Spark 3.4+, DuckDB, polars, DataFusion and pyarrow."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -83,3 +84,19 @@ def delta_writer_properties(name: str):
 def delta_write(name: str) -> dict:
     """delta-rs's write options for table `name`."""
     return {"writer_properties": delta_writer_properties(name), "post_commithook_properties": KEEP_LOG}
+
+
+def spill(name: str, parts: Iterable[pa.Table], folder: str) -> Iterator[tuple[str, pa.Table]]:
+    """Each part of a table, validated against its contract and written to a Parquet file in
+    `folder`: yields (path, validated part). A table too large to hold is diffed, filtered and
+    committed from these files; a part that fails validation stops the spill before any commit."""
+    from graphwright.storage import contracts
+
+    schema = contracts.schema(name)
+    for i, part in enumerate(parts):
+        data = schema.validate(part)
+        path = f"{folder}/{i:06d}.parquet"
+        # row groups of a bounded size: a level of communities, written as one, held 1.3 GB of
+        # chunk lists at 1.2M chunks
+        write_parquet(data, path)
+        yield path, data
