@@ -303,3 +303,43 @@ def test_an_embedder_that_returns_the_wrong_number_of_vectors_is_an_error_not_wr
     profiles = {k: KeyProfile(k) for k in ("marley", "marly", "scrooge")}
     with pytest.raises(ValueError, match="2 vectors for 3 name keys"):
         link_keys(profiles, ResolveConfig(embeddings=True), embed=lambda texts: np.eye(2, 8, dtype=np.float32))
+
+
+def test_pairs_their_names_keep_low_are_not_measured_and_link_as_if_they_were(monkeypatch):
+    """PairScorer.bounded skips the context overlaps of candidate pairs whose name score keeps
+    them under the borderline whatever their context (most n-gram candidates): the labels and
+    accepted pairs equal those of scoring every pair whole, and each skipped pair's score is an
+    upper bound of its whole score."""
+    import graphwright.stages.resolve.scoring as scoring
+    from graphwright.stages.resolve.linking import link_keys
+    from graphwright.stages.resolve.scoring import KeyProfile, PairScorer
+
+    rng = random.Random(11)
+    syllables = ["ka", "lo", "mi", "ren", "dor", "vel", "sa", "tu", "bri", "gan"]
+    names = {"".join(rng.choice(syllables) for _ in range(3)) for _ in range(120)}
+    names |= {n[:2] + n[3] + n[2] + n[4:] for n in list(names)[:40]}  # swapped letters: spelling variants
+    names |= {f"{rng.choice(sorted(names))} {n}" for n in list(names)[:30]}  # person-style containment
+
+    def profiles() -> dict:
+        rng_ = random.Random(3)
+        out = {}
+        for code, k in enumerate(sorted(names)):
+            out[k] = KeyProfile(k, mentions=rng_.randint(1, 5), types={"PERSON": 1}, code=code,
+                                chunks=set(rng_.sample(range(40), 4)), neighbours=set(rng_.sample(range(len(names)), 3)))
+        return out
+
+    calls = []
+    real = scoring.overlap
+    monkeypatch.setattr(scoring, "overlap", lambda *a, **k: calls.append(1) or real(*a, **k))
+    bounded: dict = {}
+    label, accepted, _ = link_keys(profiles(), LINKED, bounded=bounded)
+    skipping = len(calls)
+    calls.clear()
+    monkeypatch.setattr(PairScorer, "bounded", lambda self, a, b, below: self(a, b))
+    whole_label, whole_accepted, _ = link_keys(profiles(), LINKED)
+    assert label == whole_label and set(accepted) == set(whole_accepted)
+    assert len(bounded) > 100 and skipping < len(calls) - len(bounded)  # two overlaps a pair not measured
+    scorer = PairScorer(profiles())
+    for (a, b), e in bounded.items():
+        assert e.neighbours is None and e.score < LINKED.borderline_threshold
+        assert scorer(a, b).score <= e.score and "at most" in e.describe()

@@ -142,13 +142,14 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
         reused = len(memo)
         candidates = candidates_from(st.derived.get("candidates") if cached else None, keys)
-        known = bool(candidates)
+        known, bounded = bool(candidates), {}
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
                                           adjudicate if config.adjudicate else None, memo=memo, candidates=candidates,
                                           settled=settled_codes(kept, keys, config.borderline_threshold),
-                                          names=name_scores(rescore))
-        stats.update(link, pairs_rescored=len(memo) - reused, candidates_reused=known)
-        pairs_table = memo_table(memo, fp, kept)
+                                          names=name_scores(rescore), bounded=bounded)
+        stats.update(link, pairs_rescored=len(memo) - reused + len(bounded), candidates_reused=known)
+        # the bounded pairs are cached too: they score under the borderline, so they stay settled
+        pairs_table = memo_table({**bounded, **memo}, fp, kept)
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)
         del profiles
         memory.release()

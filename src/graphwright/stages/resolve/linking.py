@@ -22,14 +22,17 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
               adjudicate: Adjudicator | None = None, memo: dict | None = None,
               candidates: dict[str, np.ndarray] | None = None,
               settled: np.ndarray | None = None,
-              names: dict[tuple[str, str], tuple[float, bool]] | None = None) -> tuple[dict[str, str], dict, dict]:
+              names: dict[tuple[str, str], tuple[float, bool]] | None = None,
+              bounded: dict | None = None) -> tuple[dict[str, str], dict, dict]:
     """({key: cluster label}, {(a, b): (evidence, how)} for accepted pairs, stats). `memo`:
     {(a, b): evidence} of pairs whose profiles did not change since they were scored, filled with
     every pair scored here. `candidates`: the candidate pairs of these keys if known (without
     embeddings they depend on the keys alone), else an empty dict that is filled with them.
     `settled`: sorted codes i * len(keys) + j of candidate pairs known to score below the
     borderline threshold (their profiles did not change), which are not scored again. `names`:
-    {(a, b): name_score(a, b)} of pairs scored before (a name score is a function of the keys)."""
+    {(a, b): name_score(a, b)} of pairs scored before (a name score is a function of the keys).
+    `bounded`: filled with the evidence of the pairs whose names kept them under the borderline
+    threshold, so that their context was not measured (PairScorer.bounded; not in `memo`)."""
     keys = sorted(profiles)
     vectors = embed([profiles[k].text for k in keys]) if embed is not None and keys else None
     if vectors is not None and len(vectors) != len(keys):  # the pairs' codes are i * len(keys) + j
@@ -50,8 +53,13 @@ def link_keys(profiles: dict[str, KeyProfile], config: ResolveConfig,
         to_score = pairs[~np.isin(pairs, settled, assume_unique=True)]
     accepted, borderline, contained_pairs = {}, [], []
     n = len(keys)
+    below = config.borderline_threshold  # a pair under it is neither accepted, nor borderline, nor contained
     for i, j in zip((to_score // n).tolist(), (to_score % n).tolist()):
-        e = scorer(keys[i], keys[j])
+        e = scorer.bounded(keys[i], keys[j], below)
+        if e.neighbours is None:
+            if bounded is not None:
+                bounded[(e.a, e.b)] = e
+            continue
         if e.contained and e.score >= config.borderline_threshold:
             contained_pairs.append(e)
         if e.score >= config.accept_threshold:

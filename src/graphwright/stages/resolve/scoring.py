@@ -81,12 +81,14 @@ class PairEvidence:
     score: float
     name: float
     contained: bool
-    neighbours: float
-    chunks: float
+    neighbours: float | None  # None: not computed (PairScorer.bounded)
+    chunks: float | None
     embedding: float | None
     types: str  # "compatible", "untyped" or "A != B"
 
     def describe(self) -> str:
+        if self.neighbours is None:  # PairScorer.bounded: the name alone kept it low
+            return f"score at most {self.score:.2f}: name {self.name:.2f}, types {self.types}"
         parts = [f"name {self.name:.2f}" + (" (contained)" if self.contained else ""),
                  f"related {self.neighbours:.2f}", f"chunks {self.chunks:.2f}"]
         if self.embedding is not None:
@@ -173,13 +175,34 @@ class PairScorer:
             got = self._memo[(a, b)] = self._score(a, b)
         return got
 
-    def _score(self, a: str, b: str) -> PairEvidence:
+    def bounded(self, a: str, b: str, below: float) -> PairEvidence:
+        """The pair's evidence, or, when its name (and embedding) keep it under `below` whatever
+        its context, evidence that says so without the context's overlaps: `score` is then an
+        upper bound, `neighbours` and `chunks` are None, and nothing is memoized (a caller asking
+        for the pair's score gets it whole). Most candidate pairs are such: 94% of the n-gram
+        candidates of the 145k-chunk index have a name score under 0.43."""
+        a, b = min(a, b), max(a, b)
+        got = self._memo.get((a, b))
+        if got is not None:
+            return got
+        name, is_contained = self.names.get((a, b)) or name_score(a, b)
+        emb = None if self.vectors is None else float(np.dot(self.vectors[a], self.vectors[b]))
+        # context is at most 1 (overlap coefficients; an embedding cosine may pass it by rounding)
+        upper = W_NAME * name + W_CONTEXT * max(1.0, emb or 0.0)
+        if upper + 1e-6 >= below:  # +1e-6: the score is rounded to 6 places
+            return self(a, b)
+        return PairEvidence(a, b, round(upper, 6), name, is_contained, None, None, emb, self._types(a, b))
+
+    def _types(self, a: str, b: str) -> str:
         pa_, pb = self.profiles[a], self.profiles[b]
         ta, tb = pa_.known_type, pb.known_type
         if ta and tb and ta != tb and pa_.types.get(tb, 0) * 3 < pa_.mentions and pb.types.get(ta, 0) * 3 < pb.mentions:
-            types = f"{ta} != {tb}"
-        else:
-            types = "compatible" if ta and tb else "untyped"
+            return f"{ta} != {tb}"
+        return "compatible" if ta and tb else "untyped"
+
+    def _score(self, a: str, b: str) -> PairEvidence:
+        pa_, pb = self.profiles[a], self.profiles[b]
+        types = self._types(a, b)
         name, is_contained = self.names.get((a, b)) or name_score(a, b)
         neigh = overlap(pa_.neighbours, pb.neighbours, (pa_.code, pb.code))
         chunks = overlap(pa_.chunks, pb.chunks)
