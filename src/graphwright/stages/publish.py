@@ -23,8 +23,10 @@ def publish(store: IndexStore, run_id: str, config: PipelineConfig, vector_index
     """Write a new manifest unless the latest one already pins exactly this state. `written`:
     the sha256 of vector files written by this run; the others' come from earlier manifests, or
     are computed once (files published before digests were recorded)."""
-    # a table no stage made yet is made empty, so that the manifest pins every table
-    versions = {name: store.version(name) if store.version(name) is not None else store.ensure(name).version() for name in DATA_TABLES}
+    versions = {}
+    for name in DATA_TABLES:  # a table no stage made yet is made empty, so that the manifest pins every table
+        version = store.version(name)
+        versions[name] = version if version is not None else store.ensure(name).version()
     counts = {name: _rows(store, name) for name in DATA_TABLES}
     previous = manifests(store)
     latest = previous[-1] if previous else None
