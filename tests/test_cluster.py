@@ -478,6 +478,38 @@ import matplotlib.pyplot
     assert done.returncode == 0, done.stderr
 
 
+def test_a_thread_never_gets_igraph_half_imported(monkeypatch):
+    """While one thread imports igraph, sys.modules already holds the half-initialized module: a
+    second thread waits for the import instead of taking it (a Ray nightly job failed with
+    "partially initialized module 'igraph' has no attribute 'Graph'")."""
+    import sys
+    import threading
+    import types
+
+    import igraph
+
+    import graphwright.engines.graph.graphs as graphs
+
+    monkeypatch.setattr(graphs, "_LOADED", None, raising=False)
+    importing, got = threading.Event(), []
+
+    def first_import():  # what an import in progress looks like to the other threads
+        with graphs._IMPORTING:
+            sys.modules["igraph"] = types.ModuleType("igraph")
+            importing.set()
+            threading.Event().wait(0.3)
+            sys.modules["igraph"] = igraph
+
+    first = threading.Thread(target=first_import)
+    first.start()
+    importing.wait()
+    second = threading.Thread(target=lambda: got.append(graphs.load_igraph()))
+    second.start()
+    first.join()
+    second.join()
+    assert got and hasattr(got[0], "Graph")
+
+
 def test_the_cluster_pools_workers_have_igraph_without_matplotlib():
     """The pools' forkserver preloads igraph for its workers, without matplotlib."""
     import subprocess

@@ -58,19 +58,12 @@ class TableSnapshots:
         key = (name, version, pinned)
         dt = snapshots.get(key)
         # a version asked for by number is checked to be in the log still (it may have been trimmed)
-        if dt is not None and dt.version() == version and (not pinned or self._newest(name, version) is not None):
+        if dt is not None and dt.version() == version and (not pinned or self._present(name, version)):
             snapshots.move_to_end(key)
             return dt
         dt = self._open(name, version, pinned)
         self._keep(snapshots, key, dt)
         return dt
-
-    def forget(self, name: str) -> None:
-        """Drop this thread's snapshots of a table (after its folder was replaced)."""
-        snapshots, latest = self._state()
-        latest.pop(name, None)
-        for key in [k for k in snapshots if k[0] == name]:
-            del snapshots[key]
 
     @staticmethod
     def _keep(snapshots: OrderedDict, key: tuple, dt: DeltaTable) -> None:
@@ -79,17 +72,28 @@ class TableSnapshots:
         while len(snapshots) > KEPT_PER_THREAD:
             snapshots.popitem(last=False)
 
+    def _present(self, name: str, version: int) -> bool:
+        """Whether the commit of `version` is in the table's log."""
+        import obstore
+        from obstore.exceptions import BaseError
+
+        try:
+            obstore.head(self._log_store(name), f"{LOG}/{version:020d}.json")
+            return True
+        except (BaseError, OSError):
+            return False
+
     def _newest(self, name: str, known: int) -> int | None:
         """The table's latest version, listing only the log after version `known`; None when
         that commit is no longer there (the table was removed or its log cleaned up)."""
         import obstore
         from obstore.exceptions import BaseError
 
-        store = self._log_store(name)
         first = f"{LOG}/{known:020d}.json"
+        if not self._present(name, known):
+            return None
         try:
-            obstore.head(store, first)
-            names = [meta["path"].rsplit("/", 1)[-1] for batch in obstore.list(store, f"{LOG}/", offset=first) for meta in batch]
+            names = [meta["path"].rsplit("/", 1)[-1] for batch in obstore.list(self._log_store(name), f"{LOG}/", offset=first) for meta in batch]
         except (BaseError, OSError):
             return None
         return max([known, *(int(m.group(1)) for n in names if (m := COMMIT.match(n) or CHECKPOINT.match(n)))])

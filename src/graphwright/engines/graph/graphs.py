@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 _IMPORTING = threading.Lock()
+_LOADED = None  # igraph once its import has finished (sys.modules holds it from the import's start)
 
 
 def load_igraph():
@@ -16,19 +17,24 @@ def load_igraph():
     for its plotting backends whenever matplotlib is installed (graphwright's cost plots install
     it): 0.4-0.7 s of every process that clusters, on work it never plots (a 0.1% update at 145k
     chunks is 20 s). With matplotlib hidden, igraph's drawing takes its stand-in: igraph's own
-    plots are unavailable in a process that imported it here first; matplotlib itself is not."""
-    if (module := sys.modules.get("igraph")) is not None:
-        return module
+    plots are unavailable in a process that imported it here first; matplotlib itself is not.
+    Threads wait for one import: sys.modules holds igraph half-initialized while it runs (the
+    cluster stage's check and its partitions start side by side)."""
+    global _LOADED
+    if _LOADED is not None:
+        return _LOADED
     with _IMPORTING:
-        hidden = "matplotlib" not in sys.modules
-        if hidden:
-            sys.modules["matplotlib"] = None  # an import of it raises ImportError meanwhile
-        try:
-            import igraph
-        finally:
-            if hidden and "matplotlib" in sys.modules and sys.modules["matplotlib"] is None:
-                del sys.modules["matplotlib"]
-    return igraph
+        if _LOADED is None:
+            hidden = "matplotlib" not in sys.modules and "igraph" not in sys.modules
+            if hidden:
+                sys.modules["matplotlib"] = None  # an import of it raises ImportError meanwhile
+            try:
+                import igraph
+            finally:
+                if hidden and "matplotlib" in sys.modules and sys.modules["matplotlib"] is None:
+                    del sys.modules["matplotlib"]
+            _LOADED = igraph
+    return _LOADED
 
 
 def igraph_graph(n: int, edges: np.ndarray):
