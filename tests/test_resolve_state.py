@@ -246,7 +246,7 @@ def test_pairs_scored_again_reuse_their_name_scores(tmp_path, monkeypatch):
 
     scored, named = [], []
     score, name_score = scoring.PairScorer._score, scoring.name_score
-    monkeypatch.setattr(scoring.PairScorer, "_score", lambda self, a, b: scored.append((a, b)) or score(self, a, b))
+    monkeypatch.setattr(scoring.PairScorer, "_score", lambda self, a, b, *known: scored.append((a, b)) or score(self, a, b, *known))
     monkeypatch.setattr(scoring, "name_score", lambda a, b: named.append((a, b)) or name_score(a, b))
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()

@@ -3,7 +3,7 @@
 Opening a DeltaTable replays its log from the last checkpoint: 1.5-8 ms a table on the
 benchmark indexes, and an update at 145k chunks opened tables 275 times for 62 distinct
 (table, version, thread) snapshots. A reader asking for the latest version lists only the log
-entries after the version it last saw (about 0.1 ms locally, one LIST request on an object
+entries from the version it last saw on (about 0.1 ms locally, one LIST request on an object
 store) and gets the snapshot it already opened when nothing was committed since.
 
 A cached snapshot is never written through and never moved to another version: writers open
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from deltalake import DeltaTable
 
-from graphwright.storage.health import CHECKPOINT, COMMIT, LOG
+from graphwright.storage.health import LOG, log_versions
 
 KEPT_PER_THREAD = 64  # snapshots a thread keeps (the least recently used go first)
 
@@ -84,16 +84,19 @@ class TableSnapshots:
             return False
 
     def _newest(self, name: str, known: int) -> int | None:
-        """The table's latest version, listing only the log after version `known`; None when
-        that commit is no longer there (the table was removed or its log cleaned up)."""
+        """The table's latest version, from one listing of the log from version `known` on;
+        None when that commit is no longer there (the table was removed or its log cleaned up)."""
         import obstore
         from obstore.exceptions import BaseError
 
-        first = f"{LOG}/{known:020d}.json"
-        if not self._present(name, known):
-            return None
+        # the listing starts after `offset`: after the commit before `known` (its checkpoint sorts before it)
+        offset = f"{LOG}/{known - 1:020d}.json" if known else None
         try:
-            names = [meta["path"].rsplit("/", 1)[-1] for batch in obstore.list(self._log_store(name), f"{LOG}/", offset=first) for meta in batch]
+            entries = {meta["path"].rsplit("/", 1)[-1]: meta["size"]
+                       for batch in obstore.list(self._log_store(name), f"{LOG}/", offset=offset) for meta in batch}
         except (BaseError, OSError):
             return None
-        return max([known, *(int(m.group(1)) for n in names if (m := COMMIT.match(n) or CHECKPOINT.match(n)))])
+        if f"{known:020d}.json" not in entries:
+            return None
+        commits, checkpoints = log_versions(entries)
+        return max([known, *commits, *checkpoints])

@@ -190,7 +190,8 @@ class PairScorer:
         # context is at most 1 (overlap coefficients; an embedding cosine may pass it by rounding)
         upper = W_NAME * name + W_CONTEXT * max(1.0, emb or 0.0)
         if upper + 1e-6 >= below:  # +1e-6: the score is rounded to 6 places
-            return self(a, b)
+            got = self._memo[(a, b)] = self._score(a, b, (name, is_contained))
+            return got
         return PairEvidence(a, b, round(upper, 6), name, is_contained, None, None, emb, self._types(a, b))
 
     def _types(self, a: str, b: str) -> str:
@@ -200,10 +201,11 @@ class PairScorer:
             return f"{ta} != {tb}"
         return "compatible" if ta and tb else "untyped"
 
-    def _score(self, a: str, b: str) -> PairEvidence:
+    def _score(self, a: str, b: str, named: tuple[float, bool] | None = None) -> PairEvidence:
+        """`named`: the pair's name_score if already known."""
         pa_, pb = self.profiles[a], self.profiles[b]
         types = self._types(a, b)
-        name, is_contained = self.names.get((a, b)) or name_score(a, b)
+        name, is_contained = named or self.names.get((a, b)) or name_score(a, b)
         neigh = overlap(pa_.neighbours, pb.neighbours, (pa_.code, pb.code))
         chunks = overlap(pa_.chunks, pb.chunks)
         emb = None
