@@ -165,6 +165,27 @@ def test_synonym_edges_join_names_that_embed_alike(versions):
     assert searcher.graph.n_chunks == IndexStore(updated).count("chunks")
 
 
+def test_synonyms_take_their_query_vectors_from_the_name_index_not_the_table(versions, tmp_path, monkeypatch):
+    """The names an update searches are in the name index it just wrote (the overlay's vectors
+    are the table's): the synonym edges are the same, with no scan of the embeddings table."""
+    from graphwright.engines.embed import model_name
+    from graphwright.stages.embed import synonyms
+
+    _, _, updated, _ = versions
+    copy = tmp_path / "index"
+    shutil.copytree(updated, copy)
+    store = IndexStore(copy)
+    pinned = load_manifest(store)["vector_indexes"]
+    expected = _synonyms(copy)
+    for path in (pinned["synonyms"], synonyms.covered_path(pinned["synonyms"])):
+        (copy / path).unlink()
+    monkeypatch.setattr(synonyms, "vector_matrix", lambda *a, **k: pytest.fail("the embeddings table was scanned"))
+    config = make_config(search_index=SYNONYMS)
+    written = synonyms.write_synonyms(store, config, model_name(config.embed), pinned[synonyms.NAME_KIND])
+    assert written == pinned["synonyms"]
+    assert read_synonyms(store.files, written).to_pylist() == expected and expected
+
+
 def test_the_passage_graph_joins_each_chunk_to_the_entities_it_mentions(indexed):
     searcher = Searcher(str(indexed.index))
     graph = searcher.graph

@@ -79,3 +79,22 @@ def test_a_table_removed_and_made_again_is_read_as_it_is_now(tmp_path):
     assert store.version("documents") is None and store.read("documents").num_rows == 0
     store.append("documents", docs(["x"]))
     assert store.version("documents") == 1 and store.read("documents", columns=["doc_id"]).column("doc_id").to_pylist() == ["x"]
+
+
+def test_bytes_added_are_read_from_the_log_not_from_a_snapshot_per_version(tmp_path, opens):
+    """A stage's bytes written (stage_metrics) sum the sizes of the files each commit added, a file
+    a later commit rewrote included: read from the commits' add actions, the same sum as
+    comparing every version's files, with no table opened per version."""
+    import os
+
+    store = IndexStore(tmp_path / "index")
+    store.append("documents", docs(["a", "b"]))
+    store.append("documents", docs(["c"]))
+    assert store.delete("documents", "doc_id = 'a'") == 1  # rewrites the first file
+    folder = tmp_path / "index" / "tables" / "documents"
+    every = sum(os.path.getsize(p) for p in folder.glob("*.parquet"))  # nothing vacuumed: each file once
+    opens.clear()
+    assert store.bytes_added("documents", None) == every
+    first = store.bytes_added("documents", 1)
+    assert 0 < first < every
+    assert [version for _, version in opens if version is not None] == []

@@ -152,6 +152,9 @@ def test_overlay_search_merges_both_layers_by_score():
         want = [ids[5 + i] for i in np.argsort(-exact[:, q], kind="stable")[:5]]
         assert [i for i, _ in hits] == want
     assert np.allclose(layered.reconstruct(32), data[32]) and layered.ids[:5] == [None] * 5
+    # the vectors at positions of both layers, in the order asked, as they were added
+    positions = [33, 7, 29, 30, 12]
+    assert np.array_equal(layered.vectors(positions), data[positions].astype(np.float32))
 
 
 @pytest.mark.parametrize("threshold", [5, 10**6], ids=["hnsw base", "flat base"])

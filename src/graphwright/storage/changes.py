@@ -42,6 +42,7 @@ class _Commit:
     moved: list[str]  # dataChange false
     removed: list[str]
     deleted: dict | None = None  # {"key": column, "values": [...]}: the keys the commit deleted, as it names them
+    added_bytes: int = 0  # the sizes of every file it added, moved ones included
 
 
 def commit_actions(store, name: str, version: int) -> _Commit | None:
@@ -67,6 +68,8 @@ def commit_actions(store, name: str, version: int) -> _Commit | None:
                 if entry.get("deletionVector"):
                     return None
                 path = unquote(entry["path"])
+                if kind == "add":
+                    commit.added_bytes += int(entry.get("size") or 0)
                 if kind == "remove":
                     commit.removed.append(path)
                 elif entry.get("dataChange", True):
@@ -74,6 +77,18 @@ def commit_actions(store, name: str, version: int) -> _Commit | None:
                 else:
                     commit.moved.append(path)
     return commit
+
+
+def bytes_added(store, name: str, first: int, last: int) -> int | None:
+    """Bytes of the data files that commits `first`..`last` added (a file a later commit rewrote
+    still counts), from their log files; None when one is gone (cleaned up after a checkpoint)."""
+    total = 0
+    for version in range(first, last + 1):
+        commit = commit_actions(store, name, version)
+        if commit is None:
+            return None
+        total += commit.added_bytes
+    return total
 
 
 def changes_since(store, name: str, since: int | None, key: str, columns: list[str]) -> Changes | None:

@@ -379,6 +379,10 @@ class IndexStore:
         if dt is None or dt.version() == since_version:
             return 0
         first = 0 if since_version is None else since_version + 1
+        from graphwright.storage.changes import bytes_added  # the log's add actions: no snapshot opened per version
+
+        if (logged := bytes_added(self, name, first, dt.version())) is not None:
+            return logged
         before = set() if since_version is None else _file_sizes(self._table(name, since_version))
         total = 0
         for version in range(first, dt.version() + 1):

@@ -54,6 +54,11 @@ class VectorIndex:
     def reconstruct(self, position: int) -> np.ndarray:
         return self.index.reconstruct(position)
 
+    def vectors(self, positions) -> np.ndarray:
+        """The vectors at `positions`, as they were added (a faiss flat or HNSW-flat index keeps
+        them whole). AttributeError from an index that cannot give them back (cuVS)."""
+        return np.asarray(self.index.reconstruct_batch(np.asarray(positions, dtype=np.int64)), dtype=np.float32)
+
     def _skip_removed(self):
         """faiss search parameters that leave out removed positions (kept on the object: faiss
         holds only a pointer to the selector)."""

@@ -194,6 +194,16 @@ class LayeredIndex:
         n = len(self.base.ids)
         return self.base.reconstruct(position) if position < n else self.top.reconstruct(position - n)
 
+    def vectors(self, positions) -> np.ndarray:
+        positions = np.asarray(positions, dtype=np.int64)
+        n, out = len(self.base.ids), None
+        for layer, at in ((self.base, positions < n), (self.top, positions >= n)):
+            if at.any():
+                got = layer.vectors(positions[at] - (0 if layer is self.base else n))
+                out = np.zeros((len(positions), got.shape[1]), np.float32) if out is None else out
+                out[at] = got
+        return out if out is not None else np.zeros((0, 1), np.float32)
+
     def folded(self):
         """One VectorIndex: the overlay's vectors added to the base's index (what an update does
         when the overlay has grown past its share; update_index then applies to an HNSW base, and
