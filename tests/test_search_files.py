@@ -184,6 +184,19 @@ def test_synonyms_take_their_query_vectors_from_the_name_index_not_the_table(ver
     written = synonyms.write_synonyms(store, config, model_name(config.embed), pinned[synonyms.NAME_KIND])
     assert written == pinned["synonyms"]
     assert read_synonyms(store.files, written).to_pylist() == expected and expected
+    # an index that cannot give its vectors back (cuVS) has them read from the table: the same edges
+    from graphwright.engines.vectors import VectorIndex
+    from graphwright.stages.embed.vector_files import vector_matrix
+
+    def cannot(self, positions):
+        raise AttributeError("reconstruct_batch")
+
+    monkeypatch.setattr(VectorIndex, "vectors", cannot)
+    monkeypatch.setattr(synonyms, "vector_matrix", vector_matrix)
+    for path in (pinned["synonyms"], synonyms.covered_path(pinned["synonyms"])):
+        (copy / path).unlink()
+    written = synonyms.write_synonyms(store, config, model_name(config.embed), pinned[synonyms.NAME_KIND])
+    assert read_synonyms(store.files, written).to_pylist() == expected
 
 
 def test_the_passage_graph_joins_each_chunk_to_the_entities_it_mentions(indexed):

@@ -83,7 +83,7 @@ def _query_vectors(store: IndexStore, vi, where: str, part: list[tuple[int, str]
     of a 0.1% update at 145k chunks); an index that cannot give them back (cuVS) has them read."""
     try:
         return vi.vectors([p for p, _ in part])
-    except AttributeError:
+    except (AttributeError, RuntimeError):  # no reconstruct (cuVS), or one faiss refuses for this index type
         return vector_matrix(store, where, pa.chunked_array([pa.array([i for _, i in part], pa.string())]))
 
 
