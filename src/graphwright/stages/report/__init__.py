@@ -22,6 +22,7 @@ from graphwright.stages.report.stale import stale_communities
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.memo import StageMemo
 from graphwright.storage.patch import patch_changed
+from graphwright.util.rows import row_dicts
 
 
 def execute(run, m: dict) -> dict:
@@ -54,8 +55,8 @@ def execute(run, m: dict) -> dict:
     communities = store.read("communities")
     known = RowTokens.load(store.files)  # an update tokenizes only the rows whose text is new
     gen = generator_of(run.config.llm)
-    to_plan, fixed, untouched = communities.to_pylist(), {}, []
-    previous_rows = previous.to_pylist() if cfg.mode == "llm" else []  # what an LLM run reuses by input hash
+    to_plan, fixed, untouched = row_dicts(communities), {}, []
+    previous_rows = row_dicts(previous) if cfg.mode == "llm" else []  # what an LLM run reuses by input hash
     if cfg.mode == "llm":  # an update plans the communities whose inputs changed, and their ancestors
         stale = stale_communities(store, memo.last_reads(), communities, previous, gen, cfg.min_size)
         if stale is not None:

@@ -20,6 +20,7 @@ from graphwright.stages.report.support import Support
 from graphwright.storage import contracts
 from graphwright.storage import lineage as lineage_codes
 from graphwright.storage.delta import IndexStore
+from graphwright.util.rows import row_dicts
 from graphwright.util.threads import side_by_side
 
 # without their chunk lists, which only the communities that take text units read (lineage)
@@ -56,7 +57,7 @@ class LLMReports:
         pins = pins or {}
 
         def rows(name: str, column: str, values, columns: list[str]) -> list[dict]:  # one scan for many keys
-            return store.rows_in(name, column, values, columns, version=pins.get(name)).to_pylist()
+            return row_dicts(store.rows_in(name, column, values, columns, version=pins.get(name)))
 
         fixed = fixed or {}
         planned = [c for c in communities if c["community_id"] not in fixed]
@@ -158,7 +159,7 @@ def reports_by_hash(store: IndexStore, hashes) -> dict[str, dict]:
     """Reports with these input hashes, from the index's reports and the ones queries wrote."""
     found = {}
     for name in ("lazy_reports", "community_reports"):  # an index run's copy wins
-        found.update({r["input_hash"]: r for r in store.rows_in(name, "input_hash", hashes, REPORT_COLUMNS).to_pylist()})
+        found.update({r["input_hash"]: r for r in row_dicts(store.rows_in(name, "input_hash", hashes, REPORT_COLUMNS))})
     return found
 
 
@@ -177,7 +178,7 @@ def ensure_reports(store: IndexStore, community_ids: list[str], config: ReportCo
     def read(name, **kw):
         return store.read(name, version=(pins or {}).get(name), **kw)
 
-    everything = {c["community_id"]: c for c in read("communities").to_pylist()}
+    everything = {c["community_id"]: c for c in row_dicts(read("communities"))}
     targets = [c for c in dict.fromkeys(community_ids) if c in everything and everything[c]["size"] >= config.min_size]
     if not targets:
         return []
