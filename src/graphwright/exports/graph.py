@@ -10,6 +10,7 @@ from datetime import datetime
 import numpy as np
 
 from graphwright.storage.manifest import PublishedIndex
+from graphwright.util.rows import row_dicts
 
 
 @dataclass
@@ -28,7 +29,7 @@ class PublishedGraph:
     @classmethod
     def read(cls, index: PublishedIndex) -> PublishedGraph:
         def rows(name: str, columns: list[str], key) -> list[dict]:
-            return sorted(index.read(name, columns=columns).to_pylist(), key=key)
+            return sorted(row_dicts(index.read(name, columns=columns)), key=key)
 
         return cls(
             version=index.version,

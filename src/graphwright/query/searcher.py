@@ -17,6 +17,7 @@ from graphwright.engines.embed import make_query_embedder
 from graphwright.storage.delta import IndexStore, read_in, sql_list
 from graphwright.storage.manifest import PublishedIndex
 from graphwright.text.names import normalize_name
+from graphwright.util.rows import row_dicts
 
 MODES = ("local", "global", "naive", "fusion", "low", "high", "hybrid", "mix", "graph")
 
@@ -145,7 +146,7 @@ class Searcher:
     # -- tables ---------------------------------------------------------------------------------
 
     def _read_in(self, table: str, column: str, keys, columns: list[str]) -> list[dict]:
-        return read_in(self.index.read, table, column, keys, columns).to_pylist()
+        return row_dicts(read_in(self.index.read, table, column, keys, columns))
 
     def chunks(self, chunk_ids) -> dict[str, dict]:
         """Chunk id -> {chunk_id, doc_id, text} (and title, source_key from a lexical index)."""
@@ -204,7 +205,7 @@ class Searcher:
             return [{"relationship_id": r, **rows[r]} for r in ids if r in rows]
         ids = sql_list(entity_ids)
         where = f"source_id IN {ids} OR target_id IN {ids}" if touching else f"source_id IN {ids} AND target_id IN {ids}"
-        rows = self.index.read("relationships", columns=REL_COLUMNS, where=where).to_pylist()
+        rows = row_dicts(self.index.read("relationships", columns=REL_COLUMNS, where=where))
         return sorted(rows, key=lambda r: (-r["weight"], r["relationship_id"]))[:limit]
 
     @functools.cached_property
@@ -237,7 +238,7 @@ class Searcher:
 
     @functools.cached_property
     def communities(self) -> list[dict]:
-        return self.index.read("communities", columns=["community_id", "level", "parent_id", "children_ids", "entity_ids", "n_chunks"]).to_pylist()
+        return row_dicts(self.index.read("communities", columns=["community_id", "level", "parent_id", "children_ids", "entity_ids", "n_chunks"]))
 
     def reports(self, community_ids) -> dict[str, dict]:
         """Community reports by id: the one place reports are read (communities below

@@ -33,6 +33,7 @@ from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import as_text, key_column
 from graphwright.storage.health import StorageError
 from graphwright.util.cores import driver_cores
+from graphwright.util.rows import row_dicts
 
 KINDS = ("chunk", "entity", "relationship", "report")
 LIST_ITEMS = 10  # ids kept in a stored row's chunk_ids / doc_ids (what the query modes return)
@@ -165,7 +166,7 @@ def _docs(tables, wanted: pa.ChunkedArray | None) -> Iterator[tuple[str, str, by
         if value_set is not None:
             batch = batch.filter(pc.is_in(batch.column("item_id"), value_set=value_set))
         row_columns = [c for c in batch.column_names if c not in ("item_id", "body")]
-        rows = batch.select(row_columns).to_pylist()
+        rows = row_dicts(batch.select(row_columns))
         for item_id, body, row in zip(batch.column("item_id").to_pylist(), batch.column("body").to_pylist(), rows):
             yield item_id, body, json.dumps(row, ensure_ascii=False).encode()
 
