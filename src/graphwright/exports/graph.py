@@ -55,10 +55,10 @@ class PublishedGraph:
 
         config = self.index.config
         key = extractor_key(config.extract, config.llm).replace("'", "''")
-        mentions = self.index.read("mentions", columns=["chunk_id", "name", "type", "description", "count"],
-                                   where=f"extractor = '{key}'").to_pylist()
-        assertions = self.index.read("assertions", columns=["chunk_id", "source", "target", "description", "weight"],
-                                     where=f"extractor = '{key}'").to_pylist()
+        mentions = row_dicts(self.index.read("mentions", columns=["chunk_id", "name", "type", "description", "count"],
+                                             where=f"extractor = '{key}'"))
+        assertions = row_dicts(self.index.read("assertions", columns=["chunk_id", "source", "target", "description", "weight"],
+                                               where=f"extractor = '{key}'"))
         aliases = self.index.read("entity_aliases", columns=["alias", "entity_id"])
         return mentions, assertions, dict(zip(aliases.column("alias").to_pylist(), aliases.column("entity_id").to_pylist()))
 

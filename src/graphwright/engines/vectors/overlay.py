@@ -196,13 +196,14 @@ class LayeredIndex:
 
     def vectors(self, positions) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
-        n, out = len(self.base.ids), None
-        for layer, at in ((self.base, positions < n), (self.top, positions >= n)):
-            if at.any():
-                got = layer.vectors(positions[at] - (0 if layer is self.base else n))
-                out = np.zeros((len(positions), got.shape[1]), np.float32) if out is None else out
-                out[at] = got
-        return out if out is not None else np.zeros((0, 1), np.float32)
+        n = len(self.base.ids)
+        low = positions < n
+        out = np.empty((len(positions), self.base.index.d), np.float32)
+        if low.any():
+            out[low] = self.base.vectors(positions[low])
+        if not low.all():
+            out[~low] = self.top.vectors(positions[~low] - n)
+        return out
 
     def folded(self):
         """One VectorIndex: the overlay's vectors added to the base's index (what an update does
