@@ -1,0 +1,132 @@
+"""What the OpenAI-compatible client does with hostile or unusual transports: replies larger than
+`max_response_bytes` (declared, streamed without a length, or compressed), bodies cut off, servers
+that do not answer in time, and proxies named by the environment."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from graphwright.config import LLMConfig
+from graphwright.engines.llm.interface import LLMRequest
+from graphwright.engines.llm.openai_engine import OpenAIEngine
+from graphwright.util.loopback import LoopbackServer
+
+OK = json.dumps({"choices": [{"message": {"content": "ok"}}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()
+LIMIT = 4096
+
+
+class _Server(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    mode = "ok"
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def log_message(self, *args):
+        pass
+
+    def _head(self, status: int = 200, **headers):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.end_headers()
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with _Server.lock:
+            _Server.seen.append(self.requestline)
+            first = len(_Server.seen) == 1
+        mode = _Server.mode
+        if mode == "declared-large":  # says how large it is: not read at all
+            self._head(Content_Length=str(10 * LIMIT))
+            self.wfile.write(b" " * (10 * LIMIT))
+        elif mode == "streamed-large":  # no length: chunks until it is dropped
+            self._head(Transfer_Encoding="chunked")
+            try:
+                for _ in range(1000):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (LIMIT, b" " * LIMIT))
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                pass  # the client hung up, as it should
+            self.close_connection = True
+        elif mode == "gzip-bomb":  # small on the wire, far over the limit once inflated
+            body = gzip.compress(b" " * (100 * LIMIT))
+            self._head(Content_Length=str(len(body)), Content_Encoding="gzip")
+            self.wfile.write(body)
+        elif mode == "gzip-ok":
+            body = gzip.compress(OK)
+            self._head(Content_Length=str(len(body)), Content_Encoding="gzip")
+            self.wfile.write(body)
+        elif mode == "cut-once" and first:  # promises more than it sends, then closes
+            self._head(Content_Length=str(len(OK) + 100))
+            self.wfile.write(OK[:10])
+            self.close_connection = True
+        elif mode == "slow-once" and first:
+            threading.Event().wait(1.0)
+            self._head(Content_Length=str(len(OK)))
+            self.wfile.write(OK)
+        else:
+            self._head(Content_Length=str(len(OK)))
+            self.wfile.write(OK)
+
+
+@pytest.fixture
+def server():
+    _Server.seen = []
+    with LoopbackServer(_Server) as srv:
+        yield srv
+
+
+def _ask(base_url: str, **kw):
+    config = LLMConfig(model="m", base_url=base_url, api_key_env=None, max_response_bytes=LIMIT, backoff_s=0.01,
+                       max_backoff_s=0.02, max_attempts=2, **{"timeout_s": 5, **kw})
+    engine = OpenAIEngine(config)
+    try:
+        return engine.complete([LLMRequest(messages=(("user", "q"),))])[0]
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("mode", ["declared-large", "streamed-large", "gzip-bomb"])
+def test_a_reply_over_the_byte_limit_is_dropped_with_the_reason(server, mode):
+    _Server.mode = mode
+    reply = _ask(server.base_url)
+    assert not reply.ok and reply.attempts == 2
+    assert f"more than {LIMIT} bytes" in reply.error and "llm.max_response_bytes" in reply.error
+
+
+def test_a_compressed_reply_within_the_limit_is_read(server):
+    _Server.mode = "gzip-ok"
+    reply = _ask(server.base_url)
+    assert reply.ok and reply.text == "ok"
+
+
+@pytest.mark.parametrize("mode", ["cut-once", "slow-once"])
+def test_a_body_cut_off_or_late_is_asked_again(server, mode):
+    _Server.mode = mode
+    reply = _ask(server.base_url, timeout_s=0.3)
+    assert reply.ok and reply.text == "ok" and reply.attempts == 2
+
+
+def test_a_server_that_is_not_there_gives_a_named_failure():
+    with LoopbackServer(_Server) as gone:
+        url = gone.base_url
+    reply = _ask(url)
+    assert not reply.ok and reply.attempts == 2 and "Error" in reply.error
+
+
+def test_requests_go_through_the_proxy_the_environment_names_unless_excluded(server, monkeypatch):
+    _Server.mode = "ok"
+    monkeypatch.setenv("HTTP_PROXY", server.base_url.rsplit("/v1", 1)[0])  # the server answers as the proxy
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert _ask("http://llm.invalid:8000/v1").ok
+    assert _Server.seen[-1] == "POST http://llm.invalid:8000/v1/chat/completions HTTP/1.1"  # an absolute URL: a proxy's request
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert _ask(server.base_url).ok
+    assert _Server.seen[-1] == "POST /v1/chat/completions HTTP/1.1"
