@@ -4,6 +4,7 @@ that do not answer in time, and proxies named by the environment."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import threading
@@ -24,6 +25,7 @@ class _Server(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     mode = "ok"
     seen: list[str] = []
+    proxy_auth: list[str | None] = []
     lock = threading.Lock()
 
     def log_message(self, *args):
@@ -40,6 +42,7 @@ class _Server(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         with _Server.lock:
             _Server.seen.append(self.requestline)
+            _Server.proxy_auth.append(self.headers.get("Proxy-Authorization"))
             first = len(_Server.seen) == 1
         mode = _Server.mode
         if mode == "declared-large":  # says how large it is: not read at all
@@ -77,7 +80,7 @@ class _Server(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    _Server.seen = []
+    _Server.seen, _Server.proxy_auth = [], []
     with LoopbackServer(_Server) as srv:
         yield srv
 
@@ -122,11 +125,16 @@ def test_a_server_that_is_not_there_gives_a_named_failure():
 
 def test_requests_go_through_the_proxy_the_environment_names_unless_excluded(server, monkeypatch):
     _Server.mode = "ok"
+    for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", server.base_url.rsplit("/v1", 1)[0])  # the server answers as the proxy
-    monkeypatch.delenv("NO_PROXY", raising=False)
-    monkeypatch.delenv("no_proxy", raising=False)
     assert _ask("http://llm.invalid:8000/v1").ok
     assert _Server.seen[-1] == "POST http://llm.invalid:8000/v1/chat/completions HTTP/1.1"  # an absolute URL: a proxy's request
+    assert _Server.proxy_auth[-1] is None
+    host = server.base_url.split("//")[1].rsplit("/v1", 1)[0]
+    monkeypatch.setenv("HTTP_PROXY", f"al%40ice:s3cret@{host}")  # no scheme, credentials in the URL, as requests took them
+    assert _ask("http://llm.invalid:8000/v1").ok
+    assert _Server.proxy_auth[-1] == "Basic " + base64.b64encode(b"al@ice:s3cret").decode()
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert _ask(server.base_url).ok
     assert _Server.seen[-1] == "POST /v1/chat/completions HTTP/1.1"

@@ -25,6 +25,7 @@ import os
 import random
 import threading
 import time
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -90,7 +91,10 @@ def connections(base_url: str, size: int, timeout_s: float) -> urllib3.PoolManag
     url = urllib3.util.parse_url(base_url)
     proxy = urllib.request.getproxies().get(url.scheme or "http")
     if proxy and not urllib.request.proxy_bypass(url.host or ""):
-        return urllib3.ProxyManager(proxy, **options)
+        proxy = proxy if "://" in proxy else f"http://{proxy}"
+        auth = urllib3.util.parse_url(proxy).auth  # user:password in the proxy's URL
+        headers = urllib3.make_headers(proxy_basic_auth=urllib.parse.unquote(auth)) if auth else None
+        return urllib3.ProxyManager(proxy, proxy_headers=headers, **options)
     return urllib3.PoolManager(**options)
 
 
