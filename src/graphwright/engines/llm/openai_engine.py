@@ -25,8 +25,6 @@ import os
 import random
 import threading
 import time
-import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import urllib3
@@ -73,29 +71,33 @@ def _read_bounded(resp: urllib3.BaseHTTPResponse, limit: int) -> bytes | None:
 
 
 def connections(base_url: str, size: int, timeout_s: float) -> urllib3.PoolManager:
-    """A pool keeping `size` connections alive to `base_url`'s host, through the proxy that
-    HTTP(S)_PROXY / NO_PROXY name for it, trusting REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE when set,
-    else certifi's CAs (as `requests` did), else the system's. urllib3 neither retries nor follows
-    redirects: the client's policy decides what is tried again."""
-    options = {"maxsize": max(1, size), "retries": False, "timeout": urllib3.Timeout(connect=timeout_s, read=timeout_s)}
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if not bundle:
-        try:
-            import certifi
+    """A pool keeping `size` connections alive to `base_url`'s host, configured from the
+    environment as `requests` reads it: the proxy HTTP(S)_PROXY or ALL_PROXY name for the host
+    unless NO_PROXY excludes it (CIDR ranges too; credentials in the proxy's URL), the CA bundle
+    (file or directory) REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE name, else certifi's. urllib3 retries
+    nothing itself (the client's policy decides what is tried again) but follows up to 5
+    redirects, a 307 or 308 with the same POST."""
+    from requests import utils
 
-            bundle = certifi.where()
-        except ImportError:
-            bundle = None
-    if bundle:
-        options["ca_certs"] = bundle
     url = urllib3.util.parse_url(base_url)
-    proxy = urllib.request.getproxies().get(url.scheme or "http")
-    if proxy and not urllib.request.proxy_bypass(url.host or ""):
-        proxy = proxy if "://" in proxy else f"http://{proxy}"
-        auth = urllib3.util.parse_url(proxy).auth  # user:password in the proxy's URL
-        headers = urllib3.make_headers(proxy_basic_auth=urllib.parse.unquote(auth)) if auth else None
-        return urllib3.ProxyManager(proxy, proxy_headers=headers, **options)
-    return urllib3.PoolManager(**options)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"llm.base_url (or embed.base_url) {base_url!r} is not an http:// or https:// URL with a host")
+    policy = urllib3.Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5, raise_on_redirect=False,
+                           respect_retry_after_header=False)
+    options = {"maxsize": max(1, size), "retries": policy, "timeout": urllib3.Timeout(connect=timeout_s, read=timeout_s)}
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or utils.DEFAULT_CA_BUNDLE_PATH
+    options["ca_cert_dir" if os.path.isdir(bundle) else "ca_certs"] = bundle
+    proxy = utils.select_proxy(base_url, utils.get_environ_proxies(base_url))
+    if not proxy:
+        return urllib3.PoolManager(**options)
+    proxy = utils.prepend_scheme_if_needed(proxy, "http")
+    user, password = utils.get_auth_from_url(proxy)
+    headers = urllib3.make_headers(proxy_basic_auth=f"{user}:{password}") if user else None
+    if proxy.lower().startswith("socks"):
+        from urllib3.contrib.socks import SOCKSProxyManager  # needs PySocks, as requests did
+
+        return SOCKSProxyManager(proxy, username=user or None, password=password or None, **options)
+    return urllib3.ProxyManager(proxy, proxy_headers=headers, **options)
 
 
 class OpenAIClient:
@@ -106,7 +108,7 @@ class OpenAIClient:
         self.config = config
         self.base_url = config.base_url.rstrip("/")
         api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
-        self.headers = {"Content-Type": "application/json", "User-Agent": "graphwright"}
+        self.headers = {"Content-Type": "application/json", "User-Agent": "graphwright", "Accept-Encoding": "gzip, deflate"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.limiter = RateLimiter(config.requests_per_second)
