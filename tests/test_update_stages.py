@@ -340,3 +340,28 @@ def test_extract_from_the_log_retries_an_unfinished_chunk_its_document_brought_b
     for name, key in (("mentions", "mention_id"), ("assertions", "assertion_id"), ("extractions", "chunk_id")):
         got, want = (sorted(IndexStore(i).read(name, columns=[key]).column(key).to_pylist()) for i in (idx, fresh))
         assert got == want, name
+
+
+def _chunk_counts_hold(store) -> None:
+    chunks_of = dict(zip(*(store.read("entities", columns=["entity_id", "chunk_ids"]).column(c).to_pylist()
+                           for c in ("entity_id", "chunk_ids"))))
+    for row in store.read("communities", columns=["entity_ids", "n_chunks"]).to_pylist():
+        assert row["n_chunks"] == len({c for e in row["entity_ids"] for c in chunks_of[e]})
+
+
+def test_an_update_finds_the_entities_whose_chunks_changed_from_the_log(tmp_path, monkeypatch):
+    """A community counts its chunks again when a member's row was written since the last
+    clustering (an entity mentioned in a new chunk, no edge changed), found from the Delta log's
+    key columns, not by digesting every entity's chunk list."""
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    store = IndexStore(index)
+    _chunk_counts_hold(store)
+    derived = []
+    real = IndexStore.read_derived
+    monkeypatch.setattr(IndexStore, "read_derived", lambda self, name, *a, **k: (derived.append(name), real(self, name, *a, **k))[1])
+    details = _details(index, _index(src, index, DOCS | {"d9": "Alice Moreau. Alice Moreau again."}))
+    assert details["cluster"]["incremental"] and details["cluster"]["changes"]["rebuilt"] >= 1
+    assert "entities" not in derived
+    _chunk_counts_hold(store)

@@ -11,7 +11,7 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.communities import ChunkLists, cluster_parts
 from graphwright.stages.cluster.incremental import graph_digest, graph_sum
-from graphwright.stages.cluster.update import chunk_digests, cluster_update, current_graph, prepare, rewrite_layout, save_state
+from graphwright.stages.cluster.update import cluster_update, current_graph, prepare, rewrite_layout, save_state
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage.memo import StageMemo
 from graphwright.storage.patch import retired_columns
@@ -58,7 +58,7 @@ def _cluster(run, m: dict) -> dict:
             parts = cluster_parts(entities, relationships, cfg, engine=engine, previous=previous, workers=workers,
                                   usage=usage, hashed=hashed, chunks=chunks)
             diff = store.replace_parts_if_changed("communities", parts)
-        save_state(store, entity_ids, edges, weights, chunk_digests(store, entity_ids), total)
+        save_state(store, entity_ids, edges, weights, total)
     m.update(usage)
     per_level = _per_level(store.read("communities", columns=["level"]))
     m.update(rows_in=len(entity_ids), rows_out=sum(per_level.values()), engine=cfg.engine, incremental=incremental and "rebuilt" in diff,

@@ -18,6 +18,7 @@ from graphwright.stages.cluster.incremental import (checked_levels, fresh_top, g
                                                     incremental_levels, previous_levels)
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage import contracts
+from graphwright.storage.changes import changes_since
 from graphwright.storage.patch import data_files, patch_table
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
@@ -34,20 +35,23 @@ def current_graph(store) -> tuple[list[str], np.ndarray, np.ndarray, pa.Table]:
     return entity_ids, edges.reshape(-1, 2), weights, relationships
 
 
-def chunk_digests(store, entity_ids: list[str]) -> np.ndarray:
-    """Per entity (sorted ids), a digest of its chunk list, computed by DataFusion (the lists never
-    become Arrow arrays here: 2.3 GB as strings at 1.2M chunks)."""
-    t = store.read_derived("entities", ["entity_id"], {"digest": ("md5(array_to_string(chunk_ids, ','))", pa.string())})
-    at = entity_positions(t.column("entity_id"), entity_ids)
-    out = np.zeros(len(entity_ids), dtype=np.int64)
-    out[at] = stable_hashes(t.column("digest").to_pylist())
+def entities_rewritten(store, since: int | None, entity_ids: list[str]) -> np.ndarray | None:
+    """Per entity (sorted ids), whether its row was written since entities version `since` (so
+    its chunk list may have changed: a community holding it counts its chunks again), read from
+    the key columns of the files the Delta log added since; None when the log cannot say."""
+    changes = changes_since(store, "entities", since, "entity_id", ["entity_id"])
+    if changes is None:
+        return None
+    out = np.zeros(len(entity_ids), dtype=bool)
+    at = pc.index_in(changes.rows.column("entity_id"), value_set=pa.array(entity_ids, pa.string()))
+    out[to_numpy(at.drop_null(), np.int64)] = True
     return out
 
 
-def save_state(store, entity_ids, edges, weights, digests, total: int) -> None:
-    store.files.write_arrays(f"{STATE}/graph.npz", edges=edges.astype(np.int32), weights=weights, digests=digests)
+def save_state(store, entity_ids, edges, weights, total: int) -> None:
+    store.files.write_arrays(f"{STATE}/graph.npz", edges=edges.astype(np.int32), weights=weights)
     store.files.write_table(f"{STATE}/entities.arrow", pa.table({"entity_id": pa.array(entity_ids, pa.string())}))
-    note = {"communities": store.version("communities"), "total": str(total)}
+    note = {"communities": store.version("communities"), "entities": store.version("entities"), "total": str(total)}
     store.files.write_bytes(f"{STATE}/state.json", json.dumps(note).encode())
 
 
@@ -59,6 +63,7 @@ def load_state(store) -> dict | None:
         arrays = store.files.read_arrays(f"{STATE}/graph.npz")
         arrays["entity_ids"] = store.files.read_table(f"{STATE}/entities.arrow").column("entity_id").combine_chunks()
         arrays["total"] = int(note["total"])
+        arrays["entities_version"] = note.get("entities")  # absent from a state written before it was kept
         return arrays
     except Exception:  # noqa: BLE001 - no state, or an older one: cluster in full
         return None
@@ -153,9 +158,10 @@ def _fresh_top_of(side, n, edges, weights, config, engine):
 def _update(store, config, engine, workers, usage, old, entity_ids, edges, weights, relationships,
             touched, changed_new, changed_old, fresh) -> dict:
     n = len(entity_ids)
-    digests = chunk_digests(store, entity_ids)
     old_at = to_numpy(pc.fill_null(pc.index_in(pa.array(entity_ids, pa.string()), value_set=old["entity_ids"]), -1), np.int64)
-    chunks_changed = (old_at < 0) | (old["digests"][np.maximum(old_at, 0)] != digests) if n else np.zeros(0, bool)
+    rewritten = entities_rewritten(store, old["entities_version"], entity_ids)
+    # an entity whose row was written again may hold other chunks (without the log: any may)
+    chunks_changed = (old_at < 0) | (rewritten if rewritten is not None else np.ones(n, dtype=bool))
     node_hash = stable_hashes(entity_ids)
     total = graph_sum(node_hash, edges, weights)
     previous = store.read("communities", columns=["community_id", "human_id", "level", "parent_id", "children_ids", "entity_ids"])
@@ -192,7 +198,7 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
                   graph_digest(total))
     removed = pa.array(sorted(set(before) - set(cids)), pa.string())
     diff = patch_table(store, "communities", removed, parts)
-    save_state(store, entity_ids, edges, weights, digests, total)
+    save_state(store, entity_ids, edges, weights, total)
     return {**diff, **stats, "rebuilt": len(chosen), "kept": len(communities) - len(chosen), "touched_entities": int(touched.sum()),
             "changed_edges": int(len(changed_new) + len(changed_old)), "communities": len(communities)}
 
