@@ -6,8 +6,8 @@ Retries with exponential backoff and jitter on connection errors, timeouts, 408,
 
 Requests go through one urllib3 connection pool per client (thread-safe, `llm.concurrency`
 connections kept alive), not through `requests`, which is built on it: against an instant
-local server an extraction request cost this engine 0.35 ms of CPU, and 0.70 ms through a
-requests Session per thread (bench/http_client.py). At the thousands of requests a second a
+local server an extraction request cost this engine 0.40-0.44 ms of CPU, and 0.80 ms through
+a requests Session per thread (bench/http_client.py). At the thousands of requests a second a
 batch server answers, that overhead, under the GIL, is what limits one process.
 
 Backends differ in how they take a JSON schema (`llm.response_format`):
