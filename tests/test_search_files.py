@@ -301,7 +301,7 @@ def test_an_updates_passage_graph_is_brought_from_the_published_one_and_equals_a
     did: not every entity's chunk list. Array for array it is the graph built from the tables,
     and both ways give the edges the lists give."""
     from graphwright.stages.embed import passage_graph
-    from graphwright.stages.embed.passage_update import coded_mentions, updated_mentions
+    from graphwright.stages.embed.passage_update import coded_mentions, updated_chunk_keys, updated_mentions
 
     _, _, updated, fresh = versions
     assert _embed_details(updated)["passage_graph"] == "lineage"
@@ -315,6 +315,12 @@ def test_an_updates_passage_graph_is_brought_from_the_published_one_and_equals_a
 
     assert edges(coded_mentions(store, *keys)) == edges(listed)
     assert edges(updated_mentions(store, load_manifest(store, 1), *keys)) == edges(listed)
+    # the chunk nodes too: the published graph's ids with the log's additions and deletions merged in
+    assert _embed_details(updated)["passage_graph_chunk_ids"] == "changes"
+    assert _embed_details(fresh)["passage_graph_chunk_ids"] == "table"
+    assert updated_chunk_keys(store, load_manifest(store, 1)).equals(keys[1])
+    gone = load_manifest(store, 1)
+    assert updated_chunk_keys(store, {**gone, "vector_indexes": {**gone["vector_indexes"], "graph": "graph/passage-gone/meta.json"}}) is None
     shutil.copytree(updated, updated.parent / "no-lineage")
     bare = IndexStore(updated.parent / "no-lineage")
     for path in bare.files.list("state/lineage"):

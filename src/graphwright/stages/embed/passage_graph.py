@@ -39,16 +39,21 @@ Mentions = tuple[np.ndarray, np.ndarray]  # (entity node, chunk code) of each me
 
 def write_passage_graph(store: IndexStore, synonyms: str | None,
                         mentions_of: Callable[[pa.Array, pa.Array], Mentions | None] | None = None,
-                        stats: dict | None = None) -> str:
+                        stats: dict | None = None, chunk_keys_of: Callable[[], pa.Array | None] | None = None) -> str:
     """The passage graph's meta.json path (built unless this state's graph exists).
     `mentions_of(entity ids, chunk ids)`: the mention edges if they can be had without reading
     every entity's chunk list (passage_update), else None; `stats` gets how they were had
-    ("lineage", "changes" or "table")."""
+    ("lineage", "changes" or "table"). `chunk_keys_of()`: the sorted chunk ids if they can be had
+    without reading and sorting the chunks table's (passage_update), else None."""
     versions = {name: store.version(name) for name in TABLES}
     relative = graph_path(versions, synonyms)
     if store.files.exists(relative):
         return relative
-    entity_keys, chunk_keys = node_keys(store)
+    chunk_keys = chunk_keys_of() if chunk_keys_of is not None else None
+    if stats is not None:
+        stats["passage_graph_chunk_ids"] = "table" if chunk_keys is None else "changes"
+    entity_keys, read = node_keys(store, read_chunks=chunk_keys is None)
+    chunk_keys = read if chunk_keys is None else chunk_keys
     mentions = mentions_of(entity_keys, chunk_keys) if mentions_of is not None else None
     if stats is not None:  # mentions_of may say how it had them
         stats["passage_graph"] = "table" if mentions is None else stats.get("passage_graph", "changes")
@@ -69,10 +74,12 @@ def graph_path(versions: dict[str, int | None], synonyms: str | None) -> str:
     return f"graph/passage-{digest}/meta.json"
 
 
-def node_keys(store: IndexStore) -> tuple[pa.Array, pa.Array]:
-    """The entity ids and the chunk ids, each sorted (node i is the i-th entity, node
-    n_entities + j the j-th chunk)."""
+def node_keys(store: IndexStore, read_chunks: bool = True) -> tuple[pa.Array, pa.Array | None]:
+    """The entity ids and the chunk ids (None unless `read_chunks`), each sorted (node i is the
+    i-th entity, node n_entities + j the j-th chunk)."""
     entities = store.read("entities", columns=["entity_id"]).column("entity_id").combine_chunks()
+    if not read_chunks:
+        return pc.take(entities, pc.sort_indices(entities)), None
     chunks = store.read("chunks", columns=["chunk_id"]).column("chunk_id").combine_chunks()
     return pc.take(entities, pc.sort_indices(entities)), pc.take(chunks, pc.sort_indices(chunks))
 

@@ -9,10 +9,11 @@ import time
 from graphwright.stages.embed.lexical import write_lexical_indexes
 from graphwright.stages.embed.passage_graph import MANIFEST_KEY as GRAPH_KEY
 from graphwright.stages.embed.passage_graph import write_passage_graph
-from graphwright.stages.embed.passage_update import known_mentions
+from graphwright.stages.embed.passage_update import known_mentions, updated_chunk_keys
 from graphwright.stages.embed.synonyms import MANIFEST_KEY as SYNONYMS_KEY
 from graphwright.stages.embed.synonyms import NAME_KIND, write_synonyms
 from graphwright.stages.embed.vector_files import write_vector_index
+from graphwright.storage import manifest
 from graphwright.util.threads import side_by_side
 
 
@@ -62,7 +63,8 @@ def _graph_files(store, cfg, model: str, names_file: str | None, seconds: dict) 
         out[SYNONYMS_KEY] = synonyms
     out[GRAPH_KEY] = _timed(  # the published graph is read only when this state's is not there
         seconds, "passage_graph_s", write_passage_graph, store, synonyms,
-        lambda entity_keys, chunk_keys: known_mentions(store, entity_keys, chunk_keys, seconds), seconds)
+        lambda entity_keys, chunk_keys: known_mentions(store, entity_keys, chunk_keys, seconds), seconds,
+        lambda: updated_chunk_keys(store, manifest.published(store)))
     return out
 
 
