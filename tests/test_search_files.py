@@ -10,6 +10,7 @@ import json
 import shutil
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import tantivy
 from _helpers import CORPUS, make_config, run
@@ -419,3 +420,28 @@ def test_the_passage_graph_equals_its_reference_one_argsort_over_every_entry(ver
     assert np.allclose(built["weights"], np.array([t[2] for t in entries], np.float32))
     assert built["indptr"].tolist() == np.r_[0, np.cumsum(np.bincount([t[0] for t in entries], minlength=n))].tolist()
     assert built["chunk_counts"].tolist() == np.bincount(owner, minlength=n_e).tolist()
+
+
+@pytest.mark.parametrize("old, deleted, added, expected", [
+    (["aa", "cc"], [], ["bb", "cc"], ["aa", "bb", "cc"]),  # a new id between, a rewritten row of one kept
+    (["aa", "bb"], ["aa", "bb"], ["cc"], ["cc"]),  # every chunk replaced
+    (["aa", "bb"], ["aa", "bb", "zz"], [], []),  # all gone (and one the graph never had)
+    (["aa", "bb"], [], ["c"], None),  # an id of another length: read from the table
+    (["a", "bb"], [], ["cc"], None),  # the published ids differ in length (padded): read from the table
+])
+def test_the_graphs_chunk_ids_are_merged_from_the_published_ones_and_the_log(tmp_path, monkeypatch, old, deleted, added, expected):
+    import io
+    from types import SimpleNamespace
+
+    from graphwright.stages.embed import passage_update
+    from graphwright.stages.embed.passage_graph import FORMAT
+
+    store = IndexStore(tmp_path / "index")
+    store.files.write_bytes("graph/passage-x/meta.json", json.dumps({"format": FORMAT, "versions": {"chunks": 3}}).encode())
+    buffer = io.BytesIO()
+    np.save(buffer, np.array(sorted(o.encode() for o in old)))
+    store.files.write_bytes("graph/passage-x/chunk_ids.npy", buffer.getvalue())
+    monkeypatch.setattr(passage_update, "changes_since", lambda *a: SimpleNamespace(
+        rows=pa.table({"chunk_id": pa.array(added, pa.string())}), deleted=pa.array(deleted, pa.string())))
+    got = passage_update.updated_chunk_keys(store, {"vector_indexes": {"graph": "graph/passage-x/meta.json"}})
+    assert (got.to_pylist() if got is not None else None) == expected
