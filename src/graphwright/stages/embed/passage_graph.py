@@ -52,8 +52,8 @@ def write_passage_graph(store: IndexStore, synonyms: str | None,
     chunk_keys = chunk_keys_of() if chunk_keys_of is not None else None
     if stats is not None:
         stats["passage_graph_chunk_ids"] = "table" if chunk_keys is None else "changes"
-    entity_keys, read = node_keys(store, read_chunks=chunk_keys is None)
-    chunk_keys = read if chunk_keys is None else chunk_keys
+    entity_keys = sorted_ids(store, "entities", "entity_id")
+    chunk_keys = sorted_ids(store, "chunks", "chunk_id") if chunk_keys is None else chunk_keys
     mentions = mentions_of(entity_keys, chunk_keys) if mentions_of is not None else None
     if stats is not None:  # mentions_of may say how it had them
         stats["passage_graph"] = "table" if mentions is None else stats.get("passage_graph", "changes")
@@ -74,14 +74,15 @@ def graph_path(versions: dict[str, int | None], synonyms: str | None) -> str:
     return f"graph/passage-{digest}/meta.json"
 
 
-def node_keys(store: IndexStore, read_chunks: bool = True) -> tuple[pa.Array, pa.Array | None]:
-    """The entity ids and the chunk ids (None unless `read_chunks`), each sorted (node i is the
-    i-th entity, node n_entities + j the j-th chunk)."""
-    entities = store.read("entities", columns=["entity_id"]).column("entity_id").combine_chunks()
-    if not read_chunks:
-        return pc.take(entities, pc.sort_indices(entities)), None
-    chunks = store.read("chunks", columns=["chunk_id"]).column("chunk_id").combine_chunks()
-    return pc.take(entities, pc.sort_indices(entities)), pc.take(chunks, pc.sort_indices(chunks))
+def node_keys(store: IndexStore) -> tuple[pa.Array, pa.Array]:
+    """The entity ids and the chunk ids, each sorted (node i is the i-th entity, node
+    n_entities + j the j-th chunk)."""
+    return sorted_ids(store, "entities", "entity_id"), sorted_ids(store, "chunks", "chunk_id")
+
+
+def sorted_ids(store: IndexStore, table: str, column: str) -> pa.Array:
+    ids = store.read(table, columns=[column]).column(column).combine_chunks()
+    return pc.take(ids, pc.sort_indices(ids))
 
 
 def mention_pairs(store: IndexStore, entity_keys: pa.Array, chunk_keys: pa.Array) -> Mentions:

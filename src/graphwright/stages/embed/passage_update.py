@@ -77,15 +77,12 @@ def updated_chunk_keys(store, published: dict) -> pa.Array | None:
     if gone is None or added is None or any(len(a) and a.dtype.itemsize != width for a in (gone, added)):
         return None  # ids of another length: read and sorted whole
     if len(gone):
-        at = np.minimum(np.searchsorted(ids, gone), len(ids) - 1)
-        ids = np.delete(ids, at[ids[at] == gone])
+        at = _carry(gone, ids)[:-1]
+        ids = np.delete(ids, at[at >= 0])
     if len(added):
         added = np.unique(added).astype(ids.dtype)
-        present = np.searchsorted(ids, added)
-        known = np.zeros(len(added), dtype=bool)
-        inside = present < len(ids)
-        known[inside] = ids[present[inside]] == added[inside]  # a rewritten row, not a new id
-        ids = np.insert(ids, present[~known], added[~known])
+        new = added[_carry(added, ids)[:-1] < 0]  # the others are rewritten rows of ids kept
+        ids = np.insert(ids, np.searchsorted(ids, new), new)
     if not len(ids):
         return pa.array([], pa.string())
     data = pa.py_buffer(np.ascontiguousarray(ids).view(np.uint8))
