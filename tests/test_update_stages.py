@@ -50,30 +50,48 @@ def test_embed_runs_again_when_only_what_the_search_files_read_changed(tmp_path)
     assert load_manifest(IndexStore(index))["vector_indexes"]["synonyms"] != before["synonyms"]
 
 
-def test_embed_reads_the_text_of_new_chunks_only(tmp_path, monkeypatch):
+def test_embed_takes_the_new_chunks_and_their_text_from_the_log(tmp_path, monkeypatch):
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()
     _index(src, index, DOCS)
-    asked = []
-    real = IndexStore.rows_in
+    asked, read = [], []
+    real_rows_in, real_read = IndexStore.rows_in, IndexStore.read
 
     def rows_in(self, name, column, values, columns):
         if name == "chunks":
             asked.append((len(set(values)), tuple(columns)))
-        return real(self, name, column, values, columns)
+        return real_rows_in(self, name, column, values, columns)
+
+    def whole(self, name, *args, **kwargs):
+        if name == "chunks":
+            read.append(kwargs.get("columns"))
+        return real_read(self, name, *args, **kwargs)
 
     monkeypatch.setattr(IndexStore, "rows_in", rows_in)
-    docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}
+    monkeypatch.setattr(IndexStore, "read", whole)
+    # d1 edited: its one chunk gets a new id; d0 gone; d9 new
+    docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d1": DOCS["d1"] + " Later.", "d9": "Farah Haddad met Alice Moreau in Amberfield."}
     summary = _index(src, index, docs)
     embed = _details(index, summary)["embed"]
-    assert embed["chunk"] == {"embedded": 1, "reused": 4, "removed": 1}
-    # the embed stage's read of the one new chunk, and the lexical index's; the extract stage had
-    # its text from the log
-    assert sorted(asked) == [(1, ("chunk_id", "doc_id", "text", "n_tokens")), (1, ("chunk_id", "text"))]
+    assert embed["chunk_changes"] == "log"
+    assert embed["chunk"] == {"embedded": 2, "reused": 3, "removed": 2}
+    # no lookup of the new chunks' text by the embed stage (the lexical index makes its own), nor
+    # a read of every chunk id: the extract and embed stages had them from the log
+    assert asked and all(columns == ("chunk_id", "doc_id", "text", "n_tokens") for _, columns in asked), asked
+    assert not [c for c in read if c == ["chunk_id"]], read
+    monkeypatch.undo()
     store = IndexStore(index)
-    chunk_ids = set(store.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist())
-    embedded = store.read("embeddings", columns=["item_id"], where="kind = 'chunk'").column("item_id").to_pylist()
-    assert sorted(embedded) == sorted(chunk_ids)
+
+    def embedded() -> list[str]:
+        return sorted(store.read("embeddings", columns=["item_id"], where="kind = 'chunk'").column("item_id").to_pylist())
+
+    chunk_ids = sorted(store.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist())
+    assert embedded() == chunk_ids
+    # a write to the embeddings since (another writer): the stored vectors are compared with the chunks again
+    store.delete("embeddings", f"item_id = '{chunk_ids[0]}'")
+    again = _details(index, _index(src, index, docs | {"d8": "Gita Rao met Bruno Keller in Port Elling."}))["embed"]
+    assert again["chunk_changes"] == "table" and again["chunk"]["embedded"] == 2  # d8's chunk, and the one deleted
+    assert embedded() == sorted(store.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist())
 
 
 def test_extract_skips_a_no_op_and_takes_an_updates_chunks_from_the_log(tmp_path, monkeypatch):
