@@ -67,3 +67,38 @@ def test_an_update_reads_only_the_calls_appended_since_and_counts_what_a_full_re
     store.delete("llm_calls", "key = 'b2'")  # rows removed: the table is read again
     reads.clear()
     assert _full_rebuild_tokens(store, chunks) == 110 + 55 + 6 and "llm_calls" in reads
+
+
+def _chunks(*ids: str) -> pa.Table:
+    return pa.Table.from_pylist([{"chunk_id": c, "doc_id": "d", "doc_hash": "h", "chunk_index": i, "text": c, "n_tokens": 1,
+                                  "start_char": 0, "end_char": 1} for i, c in enumerate(ids)])
+
+
+def test_the_sum_is_brought_up_to_date_from_the_chunks_deleted_and_the_calls_appended(tmp_path, monkeypatch):
+    """With the chunks table's version kept beside the counted calls and their sum, an update
+    reads neither every chunk id nor every call, and recounts only the prompts whose calls were
+    dropped or added: the sum equals the full count. Where the chunks' log cannot say, the
+    chunk ids are read."""
+    store = IndexStore(tmp_path / "index")
+    store.append("chunks", _chunks("chunk-a", "chunk-b", "chunk-c", "chunk-d"))
+    store.append("llm_calls", pa.Table.from_pylist([_call("run-1", "a1", "chunk-a"), _call("run-1", "b1", "chunk-b"),
+                                                    _call("run-1", "c1", "chunk-c"), _call("run-1", "b2", "chunk-d")]))
+    assert _full_rebuild_tokens(store) == 110 + 220 + 1100 + 77
+    reads = []
+    original = store.read
+    monkeypatch.setattr(store, "read", lambda name, *a, **k: (reads.append(name), original(name, *a, **k))[1])
+    # run 2: chunk-c gone, chunk-e new, chunk-b extracted again with the prompt chunk-d shares
+    store.delete("chunks", "chunk_id = 'chunk-c'")
+    store.append("chunks", _chunks("chunk-e"))
+    store.append("llm_calls", pa.Table.from_pylist([_call("run-2", "b2", "chunk-b"), _call("run-2", "x1", "chunk-e"),
+                                                    _call("run-2", "c1", "chunk-e", status="failed")]))
+    counted = _full_rebuild_tokens(store)
+    assert reads == [] and counted == 110 + 77 + 6
+    store.delete("chunks", "chunk_id = 'chunk-d'")  # the prompt chunk-b shares stays counted once
+    assert _full_rebuild_tokens(store) == 110 + 77 + 6 and reads == []
+    full = _counted_from_the_table(store, original("chunks", columns=["chunk_id"]).column("chunk_id"))
+    assert full == 110 + 77 + 6
+    # the kept state predates a chunks commit the log no longer has: the chunk ids are read
+    store.append("chunks", _chunks("chunk-f"))
+    monkeypatch.setattr(rebuild_tokens, "changes_since", lambda *a, **k: None)
+    assert _full_rebuild_tokens(store) == 110 + 77 + 6 and "chunks" in reads

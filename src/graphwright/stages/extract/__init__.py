@@ -61,8 +61,7 @@ def execute(run, m: dict) -> dict:
              work_unit="chunks", work_done=todo, work_total=work.chunks, **plan_stats)
     rebuild = None
     if cfg.extract.engine == "llm":
-        chunk_ids = store.read("chunks", columns=["chunk_id"]).column("chunk_id")
-        rebuild = run.llm_totals["full_rebuild_tokens"] = full_rebuild_tokens(store, chunk_ids)
+        rebuild = run.llm_totals["full_rebuild_tokens"] = full_rebuild_tokens(store)
     failing = store.count("extractions", where=f"extractor = '{key}' AND status = 'failed'") if failed else 0
     if failing and failing > cfg.extract.max_failed_fraction * work.chunks:
         # the index's state after this run: every chunk that still has no extraction, over all chunks
