@@ -493,3 +493,41 @@ def test_vectors_are_written_without_a_dictionary_and_ids_and_chunk_lists_with_o
         {"relationship_id": "r1", "source_id": "e1", "target_id": "e2", "source": "A", "target": "B", "description": "d",
          "weight": np.float64(1.5), "chunk_ids": ["c1"], "doc_ids": ["d1"]}], schema=contracts.schema("relationships").arrow)))
     assert encodings("relationships")["weight"] == {False} and encodings("relationships")["source_id"] == {True}
+
+
+def test_a_patch_writes_its_new_rows_while_it_rewrites_the_old_files(tmp_path, monkeypatch):
+    """The new rows' files and the rewrite of the files that held the keys are Arrow work on two
+    threads: a new rows' file is still being written when a rewrite reads its file whole (at 1.2M
+    chunks the entities' new rows are 330 MB of chunk lists). Sequentially, the write would wait
+    for a rewrite that starts only after it."""
+    import threading
+
+    from graphwright.storage import contracts, patch
+
+    schema = contracts.schema("documents").arrow
+
+    def docs(keys, version):
+        return pa.Table.from_pylist([{"doc_id": k, "source_key": k, "source": "s", "title": k, "text": f"{k} {version}",
+                                      "content_hash": version, "metadata": None, "n_chars": 1, "run_id": "r"} for k in keys], schema=schema)
+
+    store = IndexStore(tmp_path / "index")
+    patch.patch_table(store, "documents", pa.array([], pa.string()), [docs(["a", "b", "c"], "1")])
+    rewriting, overlapped = threading.Event(), []
+    read, write = patch.read_data_file, patch.write_parquet
+
+    def reading(store_, name, path, columns):
+        if len(columns) > 1:  # a rewrite reads its file whole
+            rewriting.set()
+        return read(store_, name, path, columns)
+
+    def writing(table, where):
+        if "new-" in str(where):
+            overlapped.append(rewriting.wait(timeout=5))
+        return write(table, where)
+
+    monkeypatch.setattr(patch, "read_data_file", reading)
+    monkeypatch.setattr(patch, "write_parquet", writing)
+    stats = patch.patch_table(store, "documents", pa.array([], pa.string()), [docs(["b", "d"], "2")])
+    assert overlapped == [True] and stats["files_rewritten"] == 1
+    got = {r["doc_id"]: r["text"] for r in store.read("documents", columns=["doc_id", "text"]).to_pylist()}
+    assert got == {"a": "a 1", "b": "b 2", "c": "c 1", "d": "d 2"}
