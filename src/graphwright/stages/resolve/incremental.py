@@ -92,7 +92,9 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     net_a = net_change(advances["assertions"], ("source", "target", "chunk_id", "doc_id", "weight", "description", "length"))
     m, a = dict(advances["mentions"].current.arrays), dict(advances["assertions"].current.arrays)
     names, chunks, docs, types = (st.dictionaries[k] for k in ("names", "chunks", "docs", "types"))
-    chunk_names, chunk_code = chunks.sort()
+    previous_rank = st.derived.get("chunk_rank")
+    chunk_names, chunk_code = chunks.sort(to_numpy(previous_rank.column("position"), np.int64)
+                                          if previous_rank is not None and "position" in previous_rank.column_names else None)
     doc_names, doc_code = docs.sort()
     type_names, type_code = types.sort()
     for rows in (m, a):
@@ -238,6 +240,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         "entities": pa.table({"canonical_key": pa.array(entity_keys, pa.string()), "entity_id": pa.array(entity_ids, pa.string()),
                               "name": pa.array(entity_names.tolist(), pa.string()), "degree": pa.array(degree, pa.int64())}),
         "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64()), "used": pa.array(chunk_used, pa.bool_()),
+                                "position": pa.array(chunk_code, pa.int32()),
                                 **({"hash": pa.array(chunk_hash, pa.int64())} if chunk_hash is not None else {})}),
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
