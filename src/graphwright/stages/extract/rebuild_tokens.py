@@ -65,16 +65,22 @@ def _updated(kept: pa.Table, total: int, new: pa.Table, gone: pa.Array) -> tuple
     deleted: only the prompts of the rows dropped or added are summed again. A call appended since
     is for a chunk that existed when it was made, after the kept calls' chunks version: current
     unless deleted since."""
+    calls, dropped, replaced = _replaced(kept, new, gone)
+    keys = pc.unique(pa.concat_arrays([dropped.column("key").combine_chunks(), replaced.column("key").combine_chunks()]))
+    before = _total(kept.filter(pc.is_in(kept.column("key"), value_set=keys)))
+    after = _total(calls.filter(pc.is_in(calls.column("key"), value_set=keys)))
+    return calls, total - before + after
+
+
+def _replaced(kept: pa.Table, new: pa.Table, gone: pa.Array) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(the counted calls, the kept rows dropped, the rows that replaced some) once the calls of
+    the items `gone` are dropped and each item with `new` calls keeps those of its latest run."""
     new = new.filter(pc.invert(pc.is_in(new.column("item_id"), value_set=gone)))
     touched = pc.unique(new.column("item_id").combine_chunks())
     drop = pc.is_in(kept.column("item_id"), value_set=pa.concat_arrays([gone.cast(pa.string()), touched]))
     dropped = kept.filter(drop)
     replaced = _latest(pa.concat_tables([dropped.filter(pc.is_in(dropped.column("item_id"), value_set=touched)), new]))
-    calls = pa.concat_tables([kept.filter(pc.invert(drop)), replaced])
-    keys = pc.unique(pa.concat_arrays([dropped.column("key").combine_chunks(), replaced.column("key").combine_chunks()]))
-    before = _total(kept.filter(pc.is_in(kept.column("key"), value_set=keys)))
-    after = _total(calls.filter(pc.is_in(calls.column("key"), value_set=keys)))
-    return calls, total - before + after
+    return pa.concat_tables([kept.filter(pc.invert(drop)), replaced]), dropped, replaced
 
 
 def counted_calls(store, chunk_ids: pa.Array, kept: pa.Table | None = None, new: pa.Table | None = None) -> pa.Table:
@@ -83,11 +89,9 @@ def counted_calls(store, chunk_ids: pa.Array, kept: pa.Table | None = None, new:
     if kept is None or new is None:
         calls = store.read("llm_calls", columns=COLUMNS, where=COUNTED)
         return _latest(calls.filter(pc.is_in(calls.column("item_id"), value_set=chunk_ids)))
-    new = new.filter(pc.is_in(new.column("item_id"), value_set=chunk_ids))
-    touched = pc.is_in(kept.column("item_id"), value_set=pc.unique(new.column("item_id")))
-    rest = kept.filter(pc.invert(touched))
-    rest = rest.filter(pc.is_in(rest.column("item_id"), value_set=chunk_ids))
-    return pa.concat_tables([rest, _latest(pa.concat_tables([kept.filter(touched), new]))])
+    items = pa.concat_arrays([kept.column("item_id").combine_chunks(), new.column("item_id").combine_chunks()])
+    gone = pc.unique(items.filter(pc.invert(pc.is_in(items, value_set=chunk_ids))))  # the items no chunk is now
+    return _replaced(kept, new, gone)[0]
 
 
 def _latest(calls: pa.Table) -> pa.Table:
