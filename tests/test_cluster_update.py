@@ -240,9 +240,10 @@ def test_an_update_that_will_want_the_process_starts_its_forkserver_before_readi
 
 @pytest.mark.parametrize("gain", [0.001, 5.0])
 def test_a_refresh_check_made_after_the_levels_gives_the_levels_of_the_check_made_inline(gain):
-    """cluster_update makes the units' levels first and checks them against the fresh top level
-    after (computed in a process meanwhile): kept or replaced, the levels and stats are those of
-    the check made where the units are partitioned."""
+    """cluster_update makes the units' levels (and their rows, `meanwhile`) first and checks them
+    against the fresh top level after (computed in a process meanwhile): kept or replaced, the
+    levels and stats are those of the check made where the units are partitioned, and what was
+    made meanwhile is made again from levels that replace the units'."""
     from graphwright.stages.cluster.incremental import checked_levels, fresh_top
 
     engine = make_engine("igraph")
@@ -250,9 +251,20 @@ def test_a_refresh_check_made_after_the_levels_gives_the_levels_of_the_check_mad
     config = CONFIG.model_copy(update={"refresh_gain": gain})
     hashes = stable_hashes(ids)
     inline, inline_stats = incremental_levels(n, edges, weights, config, engine, stale, touched, hashes)
-    asked = []
-    levels, stats = checked_levels(n, edges, weights, config, engine, stale, touched, hashes, None, None,
-                                   lambda: asked.append(1) or fresh_top(n, edges, weights, config, engine))
+    asked, made = [], []
+
+    def meanwhile(levels):
+        made.append((len(asked), _listed(levels)))
+        return len(made)
+    levels, stats, result = checked_levels(n, edges, weights, config, engine, stale, touched, hashes, None, None,
+                                           lambda: asked.append(1) or fresh_top(n, edges, weights, config, engine), meanwhile)
     assert asked == [1] and inline_stats["refreshed"] == (gain < 1)
     assert stats == inline_stats
-    assert [[(m.tolist(), p) for m, p in level] for level in levels] == [[(m.tolist(), p) for m, p in level] for level in inline]
+    assert _listed(levels) == _listed(inline)
+    assert made[0][0] == 0  # made before the fresh top level was waited for
+    assert [m for _, m in made[1:]] == ([_listed(inline)] if gain < 1 else [])  # again only after a refresh
+    assert result == len(made) and made[-1][1] == _listed(inline)
+
+
+def _listed(levels):
+    return [[(m.tolist(), p) for m, p in level] for level in levels]

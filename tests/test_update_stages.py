@@ -257,6 +257,25 @@ def test_an_updates_fresh_top_level_runs_while_the_previous_hierarchy_is_read(tm
     assert seen == [("previous_levels", True)]
 
 
+def test_an_updates_community_rows_are_made_while_its_fresh_top_level_is(tmp_path, monkeypatch):
+    """The rows of the units' communities are made before the fresh top level is waited for (the
+    driver's core would idle through the wait), and are the rows the update writes."""
+    import threading
+
+    from graphwright.stages.cluster import update
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    made, seen = threading.Event(), []
+    monkeypatch.setattr(update, "_rows", _sets(made, update._rows))
+    monkeypatch.setattr(update, "fresh_top", _waits_for(made, seen, "fresh_top", update.fresh_top))
+    details = _details(index, _index(src, index, DOCS | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}))
+    assert details["cluster"]["incremental"] and details["cluster"]["changes"]["refreshed"] is False
+    assert seen == [("fresh_top", True)]
+    _chunk_counts_hold(IndexStore(index))
+
+
 def test_the_lexical_indexes_are_written_beside_the_vector_indexes(tmp_path, monkeypatch):
     import threading
 

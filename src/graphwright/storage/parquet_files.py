@@ -10,7 +10,14 @@ read in 2.7 s and wrote in 2.4 s; in 32 MB row groups Snappy read in 1.2 s and w
 LZ4 0.4 s and 1.7 s (412 MB), zstd-1 0.9 s and 2.1 s (208 MB). zstd halves the bytes but
 writes text 60% slower than Snappy, which made ingest and extract of a 1% update slower; LZ4 is
 the fastest both ways at 7% more bytes than Snappy (docs/benchmarks.md). LZ4_RAW is read by
-Spark 3.4+, DuckDB, polars, DataFusion and pyarrow."""
+Spark 3.4+, DuckDB, polars, DataFusion and pyarrow.
+
+Id columns (the string values of `*_id` and `*_ids` fields: hex hashes, which LZ4, having no
+entropy coder, hardly shrinks) are written uncompressed by write_parquet: on that index's
+entities file LZ4 saved 10% of the bytes (432 MB against 481 MB) and took more than half of
+the write (1.41 s against 0.63 s), on a 257 MB relationships file 9% and a third (1.27 s
+against 0.84 s); both read faster without it. delta-rs sets no codec per column: the files it
+writes (full overwrites, MERGE, DELETE, compaction) compress their ids too."""
 
 from __future__ import annotations
 
@@ -54,9 +61,16 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     return [path for path, kind in leaf_paths(schema) if not pa.types.is_floating(kind)]
 
 
+def compression(schema: pa.Schema) -> dict[str, str]:
+    """Each leaf column's codec: none for ids (module docstring), CODEC for the rest."""
+    def is_id(path: str, kind: pa.DataType) -> bool:
+        return path.split(".", 1)[0].endswith(("_id", "_ids")) and (pa.types.is_string(kind) or pa.types.is_large_string(kind))
+    return {path: "none" if is_id(path, kind) else CODEC for path, kind in leaf_paths(schema)}
+
+
 def write_parquet(table: pa.Table, where) -> None:
     """Write a table's rows as one data file (a path or a writable file)."""
-    pq.write_table(table, where, compression=CODEC, row_group_size=row_group_rows(table),
+    pq.write_table(table, where, compression=compression(table.schema), row_group_size=row_group_rows(table),
                    use_dictionary=dictionary_columns(table.schema))
 
 

@@ -18,6 +18,7 @@ The graph hash is a sum of per-item hashes, updated from the changed edges and e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,18 +184,22 @@ def fresh_top(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterCon
 
 
 def checked_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterConfig, engine, prev: list,
-                   touched: np.ndarray, node_hash: np.ndarray, pool, usage: dict | None, fresh) -> tuple[list, dict]:
+                   touched: np.ndarray, node_hash: np.ndarray, pool, usage: dict | None, fresh,
+                   meanwhile: Callable[[list], object] | None = None) -> tuple[list, dict, object]:
     """incremental_levels, its refresh check made once the units' levels are all done: `fresh()`
     (fresh_top, computed elsewhere meanwhile) is waited for last. Should the fresh top level win,
-    the levels below it are made again from it."""
+    the levels below it are made again from it. `meanwhile(levels)`: work on the units' levels
+    done before the wait (on a core the wait would leave idle), and done again on the levels
+    that replace them; its result is the third item (None without it)."""
     levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage, refresh=False)
+    made = meanwhile(levels) if meanwhile is not None else None
     better = _checked_top(n, edges, weights, levels, config, stats, fresh)
     if better is None:
-        return levels, stats
+        return levels, stats, made
     checked = {k: stats[k] for k in ("modularity_units", "modularity_fresh", "refreshed", "top_units")}
     levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage, given_top=better)
     stats.update(checked, units_partitioned=stats["units_partitioned"] + checked["top_units"])
-    return levels, stats
+    return levels, stats, meanwhile(levels) if meanwhile is not None else None
 
 
 def _checked_top(n: int, edges, weights, levels: list, config: ClusterConfig, stats: dict, fresh) -> np.ndarray | None:

@@ -166,11 +166,33 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     total = graph_sum(node_hash, edges, weights)
     previous = store.read("communities", columns=["community_id", "human_id", "level", "parent_id", "children_ids", "entity_ids"])
     prev = previous_levels(previous, entity_ids)
+    # an edge that changed inside a community changes its relationship list; a member's chunks, its chunk list
+    changed = np.zeros(n, dtype=bool)
+    changed[edges[changed_new].reshape(-1)] = True
+    changed |= touched | chunks_changed
+
+    def table_rows(levels: list) -> dict:
+        return _table_rows(store, levels, previous, entity_ids, edges, relationships, changed, graph_digest(total))
+
     with _pool(workers, len(edges), lazy=True) as pool:
         if fresh is None:
             levels, stats = incremental_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage)
-        else:  # the fresh top level is on its way: the units' levels are made first, and checked after
-            levels, stats = checked_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage, fresh)
+            rows = table_rows(levels)
+        else:  # the fresh top level is on its way: the units' levels and their rows are made while it is
+            levels, stats, rows = checked_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage,
+                                                 fresh, meanwhile=table_rows)
+    diff = patch_table(store, "communities", rows["removed"], rows["parts"])
+    save_state(store, entity_ids, edges, weights, total)
+    return {**diff, **stats, "rebuilt": rows["rebuilt"], "kept": rows["communities"] - rows["rebuilt"],
+            "touched_entities": int(touched.sum()), "changed_edges": int(len(changed_new) + len(changed_old)),
+            "communities": rows["communities"]}
+
+
+def _table_rows(store, levels: list, previous: pa.Table, entity_ids, edges, relationships, changed: np.ndarray,
+                hashed: str) -> dict:
+    """The communities table's new rows for `levels` (as tables, made now), the ids of the rows
+    they remove, and counts. `changed` marks the entities whose edges or chunks changed: a
+    community holding one, or whose place in the hierarchy moved, is written again."""
     communities = listing(levels)
     members = [[entity_ids[i] for i in c.members] for c in communities]
     cids = [ids.community_id(c.level, m) for c, m in zip(communities, members)]
@@ -178,29 +200,20 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
                                                                ("community_id", "human_id", "parent_id", "children_ids")))}
     parent = [None if c.parent is None else cids[c.parent] for c in communities]
     children = [tuple(cids[k] for k in c.children) for c in communities]
-    # an edge that changed inside a community changes its relationship list; a member's chunks, its chunk list
-    edge_changed = np.zeros(n, dtype=bool)
-    edge_changed[edges[changed_new].reshape(-1)] = True
-    edge_changed |= touched
-    rebuild = [cid not in before or before[cid][1] != parent[i] or before[cid][2] != children[i]
-               or bool(edge_changed[c.members].any() or chunks_changed[c.members].any())
+    rebuild = [cid not in before or before[cid][1] != parent[i] or before[cid][2] != children[i] or bool(changed[c.members].any())
                for i, (cid, c) in enumerate(zip(cids, communities))]
     next_human = max((h for h, _, _ in before.values()), default=-1) + 1
     human = []
-    for cid, again in zip(cids, rebuild):
+    for cid in cids:
         if cid in before:
             human.append(before[cid][0])
         else:
             human.append(next_human)
             next_human += 1
     chosen = [i for i, r in enumerate(rebuild) if r]
-    parts = _rows(store, chosen, communities, cids, human, parent, children, members, entity_ids, edges, relationships,
-                  graph_digest(total))
+    parts = list(_rows(store, chosen, communities, cids, human, parent, children, members, entity_ids, edges, relationships, hashed))
     removed = pa.array(sorted(set(before) - set(cids)), pa.string())
-    diff = patch_table(store, "communities", removed, parts)
-    save_state(store, entity_ids, edges, weights, total)
-    return {**diff, **stats, "rebuilt": len(chosen), "kept": len(communities) - len(chosen), "touched_entities": int(touched.sum()),
-            "changed_edges": int(len(changed_new) + len(changed_old)), "communities": len(communities)}
+    return {"parts": parts, "removed": removed, "rebuilt": len(chosen), "communities": len(communities)}
 
 
 def _rows(store, chosen, communities, cids, human, parent, children, members, entity_ids, edges, relationships, hashed):
