@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
-from graphwright.util.numeric import fixed_bytes, in_runs, to_numpy
+from graphwright.util.numeric import fixed_bytes, grouped_order, in_runs, to_numpy
 
 FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
@@ -130,7 +130,7 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     # them, all of weight 1) are sorted as bare keys, which numpy does several times faster than
     # an argsort; no key of theirs (entity and chunk) is one of the others' (two entities)
     between = np.concatenate(pair_keys) if pair_keys else np.zeros(0, np.int64)
-    order = np.argsort(between, kind="stable")
+    order = grouped_order(between)
     mentioned = np.sort(np.concatenate([owner * n + node, node * n + owner]))
     at = np.searchsorted(mentioned, between[order]) + np.arange(len(order))
     placed = np.zeros(len(order) + len(mentioned), dtype=bool)
