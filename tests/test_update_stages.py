@@ -279,12 +279,12 @@ def test_an_updates_community_rows_are_made_while_its_fresh_top_level_is(tmp_pat
 def test_the_lexical_indexes_are_written_beside_the_vector_indexes(tmp_path, monkeypatch):
     import threading
 
-    from graphwright.stages.embed import search_files
+    from graphwright.stages.embed import lexical, search_files
 
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()
     started, seen = threading.Event(), []
-    monkeypatch.setattr(search_files, "write_lexical_indexes", _sets(started, search_files.write_lexical_indexes))
+    monkeypatch.setattr(lexical, "write_kind", _sets(started, lexical.write_kind))
     monkeypatch.setattr(search_files, "write_vector_index", _waits_for(started, seen, "vectors", search_files.write_vector_index))
     _index(src, index, DOCS)
     assert seen and all(in_time for _, in_time in seen)

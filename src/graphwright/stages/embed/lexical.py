@@ -17,9 +17,10 @@ its evidence by id without scanning a Delta table.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,16 +53,17 @@ def manifest_key(kind: str) -> str:
     return f"lexical:{kind}"
 
 
-def write_lexical_indexes(store: IndexStore, cfg, stats: dict | None = None) -> dict[str, str]:
-    """Version file of each kind's lexical index (manifest key -> path), built or updated;
+def lexical_work(store: IndexStore, cfg, stats: dict) -> list[tuple[str, str, Callable[[], str]]]:
+    """(kind, manifest key, the work that writes its version file and returns its path) for each
+    kind's lexical index, built or updated: independent of each other, for any thread to take.
     `stats` gets, per kind, how its changes were found and how many rows were read."""
     if cfg.search_index.lexical == "none":
-        return {}
+        return []
     published = manifest.published(store).get("vector_indexes", {})
     threads = min(4, driver_cores(cfg.execution))
-    stats = {} if stats is None else stats
-    return {manifest_key(kind): write_kind(store, kind, published.get(manifest_key(kind)), threads, stats.setdefault(kind, {}))
-            for kind in KINDS}
+    return [(kind, manifest_key(kind), functools.partial(write_kind, store, kind, published.get(manifest_key(kind)), threads,
+                                                         stats.setdefault(kind, {})))
+            for kind in KINDS]
 
 
 def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int = 1, stats: dict | None = None) -> str:
