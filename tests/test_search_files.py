@@ -402,6 +402,41 @@ def test_the_lexical_and_vector_indexes_go_to_whichever_thread_is_free(monkeypat
     assert set(seconds["lexical"]) == {"chunk", "entity"} and seconds["lexical_s"] >= 0
 
 
+def test_the_pieces_that_grow_with_the_corpus_are_taken_first(monkeypatch):
+    """The relationships' and chunks' lexical indexes and the chunk vectors go first, so that none
+    of them is the last piece one thread works on while the other waits."""
+    from types import SimpleNamespace
+
+    from graphwright.stages.embed import search_files
+
+    taken = []
+
+    def vector_index(store, kind, model, cfg):
+        if kind != "name":
+            taken.append(kind)
+        return f"vectors/{kind}", {}
+
+    def lexical_work(store, cfg, stats):
+        stats.update({k: {} for k in ("chunk", "entity", "relationship", "report")})
+        return [(k, f"lexical:{k}", lambda k=k: taken.append(f"lexical:{k}") or f"lexical/{k}")
+                for k in ("chunk", "entity", "relationship", "report")]
+
+    def one_after_the_other(first, second, name):  # the first thread takes every piece, in the queue's order
+        done = first()
+        return done, second()
+
+    monkeypatch.setattr(search_files, "write_vector_index", vector_index)
+    monkeypatch.setattr(search_files, "lexical_work", lexical_work)
+    monkeypatch.setattr(search_files, "_graph_files", lambda *args: {})
+    monkeypatch.setattr(search_files, "side_by_side", one_after_the_other)
+    cfg = SimpleNamespace(search_index=SimpleNamespace(passage_graph=True))
+    seconds: dict = {}
+    search_files.write_index_files(None, cfg, "model", ["chunk", "entity", "name", "report"], seconds)
+    assert taken[:3] == ["lexical:relationship", "lexical:chunk", "chunk"]
+    assert sorted(taken[3:]) == sorted(["lexical:entity", "lexical:report", "entity", "report"])
+    assert set(seconds["vector_index_s"]) == {"chunk", "entity", "name", "report"}
+
+
 def test_the_passage_graph_equals_its_reference_one_argsort_over_every_entry(versions):
     """The graph sorts its mention entries as bare keys and the entity-to-entity ones with their
     weights, then merges them: the arrays are those of one stable argsort over every entry, added
