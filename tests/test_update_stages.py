@@ -259,7 +259,7 @@ def test_an_updates_fresh_top_level_runs_while_the_previous_hierarchy_is_read(tm
 
 def test_an_updates_community_rows_are_made_while_its_fresh_top_level_is(tmp_path, monkeypatch):
     """The rows of the units' communities are made before the fresh top level is waited for (the
-    driver's core would idle through the wait), and are the rows the update writes."""
+    driver's core would idle through the wait); the table written stays consistent."""
     import threading
 
     from graphwright.stages.cluster import update

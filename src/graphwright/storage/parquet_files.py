@@ -77,7 +77,8 @@ def write_parquet(table: pa.Table, where) -> None:
 @functools.cache
 def delta_writer_properties(name: str):
     """The same settings for delta-rs's writer (write_deltalake, MERGE, DELETE, compaction) of
-    table `name`: its floating-point columns without a dictionary, as write_parquet writes them.
+    table `name`: its floating-point columns without a dictionary, as write_parquet writes them,
+    and LZ4 for every column (delta-rs sets no codec per column, so ids are compressed here).
     delta-rs sets a column's properties by name for top-level columns only, so a table with a
     float inside a list (embeddings' vectors) turns dictionaries off by default and on for each
     of its other top-level columns."""
