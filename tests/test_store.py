@@ -536,3 +536,22 @@ def test_a_patch_writes_its_new_rows_while_it_rewrites_the_old_files(tmp_path, m
     assert overlapped == [True] and stats["files_rewritten"] == 1
     got = {r["doc_id"]: r["text"] for r in store.read("documents", columns=["doc_id", "text"]).to_pylist()}
     assert got == {"a": "a 1", "b": "b 2", "c": "c 1", "d": "d 2"}
+
+
+def test_rows_a_patch_or_a_deletion_only_moves_are_not_checked_for_repeated_keys_again(store, monkeypatch):
+    """The rows kept from a rewritten file are that file's, whose keys were checked when it was
+    written: only new rows have their keys grouped (at 1.2M chunks the kept rows of the files an
+    update rewrites are millions). A repeated key among new rows is still refused."""
+    from graphwright.storage import contracts
+    from graphwright.storage.patch import delete_matching, patch_table
+
+    store.append("documents", docs(100))
+    checked = []
+    real = contracts.TableSchema._check_unique_key
+    monkeypatch.setattr(contracts.TableSchema, "_check_unique_key", lambda self, table: checked.append(table.num_rows) or real(self, table))
+    patch_table(store, "documents", ["d0004"], [docs(1, start=7, text="patched")])
+    assert delete_matching(store, "documents", "doc_id", ["d0010"]) == 1
+    assert checked == [1]  # the patch's one new row; none of the rows either only moved
+    assert store.count("documents") == 98
+    with pytest.raises(contracts.SchemaError):
+        patch_table(store, "documents", [], [pa.concat_tables([docs(1, start=3), docs(1, start=3)])])
