@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.stages.resolve.codes import Scan, text_hashes
-from graphwright.util.numeric import to_numpy, unique
+from graphwright.util.numeric import to_numpy, unique, unique_inverse
 
 
 def ordered_descriptions(descriptions: list[tuple[object, str]]) -> list[str]:
@@ -79,7 +79,11 @@ class DescriptionPlan:
         self.n_groups, self.max_chars = n_groups, max_chars
         present = (group >= 0) & (lengths > 0)  # group -1: a row no group takes
         g, h, r = group[present], hashes[present], rank[present]
-        order = np.lexsort((h, g))
+        # by group, then hash (rows alike in both in any order: they are counted and their
+        # earliest rank taken): one sort of a key with the hashes ranked densely, about half of
+        # np.lexsort's time (the 7.7M rows of the hubs a 0.1% update rebuilds at 1.2M chunks)
+        distinct, h_rank = unique_inverse(h)
+        order = np.argsort(g.astype(np.int64) * max(len(distinct), 1) + h_rank)
         g, h, r, length = g[order], h[order], r[order], lengths[present][order].astype(np.int64)
         firsts = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (h[1:] != h[:-1])]) if len(g) else np.empty(0, np.int64)
         count = np.diff(np.r_[firsts, len(g)])
