@@ -171,8 +171,10 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     changed[edges[changed_new].reshape(-1)] = True
     changed |= touched | chunks_changed
 
-    def table_rows(levels: list) -> dict:
-        return _table_rows(store, levels, previous, entity_ids, edges, relationships, changed, graph_digest(total))
+    hashed = graph_digest(total)
+
+    def table_rows(levels: list) -> dict:  # made again should the fresh top level win: the digest once
+        return _table_rows(store, levels, previous, entity_ids, edges, relationships, changed, hashed)
 
     with _pool(workers, len(edges), lazy=True) as pool:
         if fresh is None:
