@@ -38,15 +38,11 @@ def write_index_files(store, cfg, model: str, kinds, seconds: dict) -> tuple[dic
     lexical, vector = seconds.setdefault("lexical", {}), seconds.setdefault("vector_index_s", {})
 
     def vectors(kind: str) -> None:
-        started = time.perf_counter()
-        files[kind], written = write_vector_index(store, kind, model, cfg)
+        files[kind], written = _timed(vector, kind, write_vector_index, store, kind, model, cfg)
         digests.update(written)
-        vector[kind] = round(time.perf_counter() - started, 3)
 
     def lexical_index(kind: str, key: str, work) -> None:
-        started = time.perf_counter()
-        out[key] = work()
-        lexical[kind]["s"] = round(time.perf_counter() - started, 3)
+        out[key] = _timed(lexical[kind], "s", work)
 
     pieces = [(key, functools.partial(lexical_index, kind, key, work)) for kind, key, work in lexical_work(store, cfg, lexical)]
     pieces += [(kind, functools.partial(vectors, kind)) for kind in kinds if kind != NAME_KIND]
