@@ -319,3 +319,47 @@ def test_a_grown_dictionary_sorts_its_new_values_into_the_previous_order(monkeyp
     mixed.codes(pa.array(["c", "ab"]))
     values, _ = mixed.sort(first)
     assert values.to_pylist() == ["aa", "ab", "b", "c"]
+
+
+def test_an_update_makes_each_description_plan_once_and_a_full_resolve_twice(tmp_path, monkeypatch):
+    from graphwright.stages.resolve import core
+
+    made = []
+    real = core.DescriptionPlan.__init__
+
+    def counted(self, group, *args, **kwargs):
+        made.append(len(group))
+        real(self, group, *args, **kwargs)
+
+    monkeypatch.setattr(core.DescriptionPlan, "__init__", counted)
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    assert made and len(made) % 2 == 0  # a full resolve: needed() then merge, a plan made each time
+    made.clear()
+    summary = _index(src, index, DOCS | {"d2": FRED})
+    assert _resolve_details(index, summary)["linking"]["incremental"] is True
+    assert len(made) == 2  # the rebuilt entities' plan and the rebuilt relationships', once each
+    _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
+
+
+def test_kept_description_plans_merge_as_plans_made_again():
+    import numpy as np
+
+    from graphwright.stages.resolve import core
+    from graphwright.stages.resolve.descriptions import Texts
+
+    rng = np.random.default_rng(3)
+    n, groups = 500, 40
+    hashes = rng.integers(0, 60, n).astype(np.int64)
+    table = {"description": hashes, "length": rng.integers(1, 30, n).astype(np.int64), "chunk_id": rng.integers(0, 50, n)}
+    texts = Texts(np.arange(60, dtype=np.int64), pa.array([f"text {i}" * (1 + i % 4) for i in range(60)]))
+    group = rng.integers(0, groups, n)
+    merged = {}
+    for keep in (0, 1 << 20):
+        parts = core._Parts(group, groups, None, table, np.arange(50), 40, False, keep)
+        parts.needed()
+        merged[keep] = [parts.plan(p)[2].merge(texts).to_pylist() for p in range(len(parts))]
+        assert parts.plans_made == (len(parts) if keep else 2 * len(parts))
+        assert not parts.kept  # each kept plan let go at its second use
+    assert merged[0] == merged[1 << 20]

@@ -112,6 +112,9 @@ class DescriptionPlan:
     def needed(self) -> np.ndarray:
         return self.h[self.candidate]
 
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.g, self.h, self.count, self.earliest, self.start, self.candidate, self.over))
+
     def _ordered(self, texts: Texts, rows: np.ndarray) -> pa.Table:
         """The given rows with their texts, in exact order (group, -mentions, earliest, text)."""
         return pa.table({"g": self.g[rows], "c": -self.count[rows], "e": self.earliest[rows],

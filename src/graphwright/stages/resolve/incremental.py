@@ -197,7 +197,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     entities, chosen_names = build_entities(chosen, m, m_entity, n_entities, names, type_names, doc_names,
                                             rank, degree, entity_ids, entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
                                             text_fetcher(store, "mentions", advances["mentions"].files, m,
-                                                         np.flatnonzero(dirty_entity[m_entity]) if base else None))
+                                                         np.flatnonzero(dirty_entity[m_entity]) if base else None),
+                                            core.UPDATE_PLAN_BYTES if base else 0)
     if base:
         previous_names = old_entities.column("name").to_pylist()
         entity_names = np.array([previous_names[j] if j >= 0 else "" for j in old_at.tolist()], dtype=object)
@@ -223,7 +224,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     local[chosen_pairs] = np.arange(len(chosen_pairs))
     keep = dirty_pair[a_pair] if len(a_pair) else np.zeros(0, bool)
     rel_parts = core._Parts(local[a_pair[keep]], len(chosen_pairs), sup_rows[keep], a, rank, config.description_max_chars,
-                            overflow is not None)
+                            overflow is not None, core.UPDATE_PLAN_BYTES if base else 0)
     endpoints = core._Endpoints(pa.array(entity_ids, pa.string()), pa.array(entity_names.tolist(), pa.string()),
                                 rel_lo[chosen_pairs], rel_hi[chosen_pairs])
     fetch = text_fetcher(store, "assertions", advances["assertions"].files, a, sup_rows[keep])

@@ -168,9 +168,9 @@ def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.nd
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
                    doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
                    entity_keys: list[str], config, overflow: dict | None, chunk_lists: pa.ListArray,
-                   fetch) -> tuple[pa.Table, list[str]]:
+                   fetch, keep_bytes: int = 0) -> tuple[pa.Table, list[str]]:
     """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their
-    names; `chunk_lists`: their chunk_ids (storage.lineage has them)."""
+    names; `chunk_lists`: their chunk_ids (storage.lineage has them); `keep_bytes`: _Parts's."""
     local = np.full(n_entities, -1, dtype=np.int64)
     local[chosen] = np.arange(len(chosen))
     rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
@@ -178,7 +178,7 @@ def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities
     sub = {c: m[c][rows] for c in ("name", "count", "type", "chunk_id", "doc_id", "description", "length")}
     chosen_names = core._best_names(group, sub["name"], sub["count"], k, names.values)
     limit, want = config.description_max_chars, overflow is not None
-    parts = core._Parts(group, k, None, sub, rank, limit, want)
+    parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
     sub_rows = rows  # the parts index `sub`; the fetcher indexes `m`
     texts = fetch(parts.needed())
     ids_ = [entity_ids[i] for i in chosen.tolist()]
