@@ -470,6 +470,36 @@ def test_the_passage_graph_equals_its_reference_one_argsort_over_every_entry(ver
     assert built["chunk_counts"].tolist() == np.bincount(owner, minlength=n_e).tolist()
 
 
+def test_the_passage_graph_puts_the_mentions_in_place_without_sorting_every_entrys_key(versions, monkeypatch):
+    """Given its mention edges by entity, then chunk (as resolve's codes give them), the graph
+    sorts nothing larger than the mentions themselves (the chunks' rows are a stable grouping of
+    them by chunk): not the key of every entry, each mention twice, and it divides no key back
+    into a row and a neighbour. The arrays are the reference ones (the test above)."""
+    from graphwright.stages.embed import passage_graph
+    from graphwright.stages.embed.passage_update import coded_mentions
+
+    store = IndexStore(versions[2])
+    synonyms = load_manifest(store)["vector_indexes"].get("synonyms")
+    keys = passage_graph.node_keys(store)
+    owner, chunk = coded_mentions(store, *keys)
+    assert len(owner) > 1 and np.all(np.diff(owner * len(keys[1]) + chunk) > 0)  # already by entity, then chunk
+    reference, _ = passage_graph.build(store, synonyms, keys)
+    sorted_sizes, real_sort = [], np.sort
+
+    def sort(a, *args, **kwargs):
+        sorted_sizes.append(len(a))
+        return real_sort(a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "sort", sort)
+    built, _ = passage_graph.build(store, synonyms, keys, (owner, chunk))
+    monkeypatch.undo()
+    between = len(built["indices"]) - 2 * len(owner)  # entries between two entities
+    assert between != 2 * len(owner)
+    assert sorted_sizes and set(sorted_sizes) <= {len(owner), between}  # the mentions grouped by chunk, the entity edges
+    for name, array in reference.items():
+        assert np.array_equal(built[name], array), name
+
+
 @pytest.mark.parametrize("old, deleted, added, expected", [
     (["aa", "cc"], [], ["bb", "cc"], ["aa", "bb", "cc"]),  # a new id between, a rewritten row of one kept
     (["aa", "bb"], ["aa", "bb"], ["cc"], ["cc"]),  # every chunk replaced

@@ -104,12 +104,13 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     entity_keys, chunk_keys = keys if keys is not None else node_keys(store)
     n_entities, n_chunks = len(entity_keys), len(chunk_keys)
     n = n_entities + n_chunks
-    pair_keys, weight, kind = [], [], []  # entries between entities, each as src * n + dst
+    sources, targets, weight, kind = [], [], [], []  # entries between entities, each way
 
     def add(a: np.ndarray, b: np.ndarray, w: np.ndarray, k: int) -> None:
         ok = (a >= 0) & (b >= 0)  # an id the node lists do not hold (never, in a consistent index)
         a, b, w = a[ok], b[ok], w[ok].astype(np.float32)
-        pair_keys.extend((a * n + b, b * n + a))
+        sources.extend((a, b))
+        targets.extend((b, a))
         weight.extend((w, w))
         kind.extend((np.full(len(a), k, np.int8),) * 2)
 
@@ -121,36 +122,52 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
         add(_codes(pairs.column("entity_id").chunks, entity_keys), _codes(pairs.column("other_id").chunks, entity_keys),
             to_numpy(pairs.column("similarity"), np.float32), SYNONYM)
     owner, chunk = mentions if mentions is not None else mention_pairs(store, entity_keys, chunk_keys)
-    ok = (owner >= 0) & (chunk >= 0)
-    owner, node = owner[ok], n_entities + chunk[ok]
-    # each row by neighbour, whatever order the scan gave the batches in (one that is not always
-    # the same): an entity's entity edges (codes below n_entities) come before its mentions
-    # (relationship_pairs reads only those), and a relationship before a synonym edge to the
-    # same entity (added first, kept first by the stable sort). The mention entries (most of
-    # them, all of weight 1) are sorted as bare keys, which numpy does several times faster than
-    # an argsort; no key of theirs (entity and chunk) is one of the others' (two entities)
-    between = np.concatenate(pair_keys) if pair_keys else np.zeros(0, np.int64)
-    order = grouped_order(between)
-    mentioned = np.sort(np.concatenate([owner * n + node, node * n + owner]))
-    at = np.searchsorted(mentioned, between[order]) + np.arange(len(order))
-    placed = np.zeros(len(order) + len(mentioned), dtype=bool)
-    placed[at] = True
-    entries = np.empty(len(placed), np.int64)
-    entries[at], entries[~placed] = between[order], mentioned
-    weights = np.ones(len(placed), np.float32)
-    weights[at] = (np.concatenate(weight) if weight else np.zeros(0, np.float32))[order]
-    kinds = np.full(len(placed), MENTION, np.int8)
-    kinds[at] = (np.concatenate(kind) if kind else np.zeros(0, np.int8))[order]
+    owner, chunk = _by_owner(owner, chunk, n_chunks)
+    # an entity's row is its entity edges (neighbours below n_entities: relationship_pairs reads
+    # only those), then its mentions; a chunk's row is the entities that mention it. Each part is
+    # put in place from its own order instead of sorting every entry's key (19M keys at 1.2M
+    # chunks, and a division and a remainder of each to cut rows from neighbours): the entity
+    # edges by grouped_order (stable: a relationship stays before a synonym edge to the same
+    # entity, as added), the mentions as given (by entity, then chunk), the chunks' rows by a
+    # stable grouping of the mentions by chunk. Whatever order the scan gave the batches in (one
+    # that is not always the same), the rows come out the same.
+    src, dst = (np.concatenate(a) if a else np.zeros(0, np.int64) for a in (sources, targets))
+    order = grouped_order(src * n_entities + dst)
+    src, dst = src[order], dst[order]
+    edges = np.bincount(src, minlength=n_entities)
+    mentions_of = np.bincount(owner, minlength=n_entities)
+    by_chunk = grouped_order(chunk)
     indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(entries // max(n, 1), minlength=n), out=indptr[1:])
+    np.cumsum(np.r_[edges + mentions_of, np.bincount(chunk, minlength=n_chunks)], out=indptr[1:])
+    edge_at = np.repeat(indptr[:n_entities] - np.r_[0, np.cumsum(edges)[:-1]], edges) + np.arange(len(src))
+    mention_at = np.repeat(indptr[:n_entities] + edges - np.r_[0, np.cumsum(mentions_of)[:-1]], mentions_of) + np.arange(len(owner))
+    indices = np.empty(int(indptr[-1]), np.int32)
+    indices[edge_at], indices[mention_at] = dst, n_entities + chunk
+    indices[indptr[n_entities]:] = owner[by_chunk]
+    weights = np.ones(len(indices), np.float32)
+    weights[edge_at] = (np.concatenate(weight) if weight else np.zeros(0, np.float32))[order]
+    kinds = np.full(len(indices), MENTION, np.int8)
+    kinds[edge_at] = (np.concatenate(kind) if kind else np.zeros(0, np.int8))[order]
     arrays = {
-        "chunk_counts": np.bincount(owner, minlength=n_entities).astype(np.int64),
+        "chunk_counts": mentions_of.astype(np.int64),
         "entity_ids": _fixed(entity_keys), "chunk_ids": _fixed(chunk_keys), "indptr": indptr,
-        "indices": (entries % max(n, 1)).astype(np.int32), "weights": weights, "kinds": kinds,
+        "indices": indices, "weights": weights, "kinds": kinds,
     }
-    meta = {"format": FORMAT, "entities": n_entities, "chunks": n_chunks, "entries": int(len(entries)),
+    meta = {"format": FORMAT, "entities": n_entities, "chunks": n_chunks, "entries": int(len(indices)),
             "synonyms": synonyms, "arrays": list(ARRAYS)}
     return arrays, meta
+
+
+def _by_owner(owner: np.ndarray, chunk: np.ndarray, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mention edges whose entity and chunk are nodes, ordered by entity, then chunk: as
+    given when they already are (resolve's codes give them so), else sorted."""
+    ok = (owner >= 0) & (chunk >= 0)  # an id the node lists do not hold (never, in a consistent index)
+    owner, chunk = np.asarray(owner[ok], np.int64), np.asarray(chunk[ok], np.int64)
+    key = owner * max(n_chunks, 1) + chunk
+    if len(key) > 1 and (key[1:] < key[:-1]).any():
+        key = np.sort(key)
+        owner, chunk = key // max(n_chunks, 1), key % max(n_chunks, 1)
+    return owner, chunk
 
 
 def _codes(values: list, keys: pa.Array) -> np.ndarray:
