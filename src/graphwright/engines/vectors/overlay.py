@@ -119,11 +119,11 @@ def write_overlay(files, relative: str, overlay: Overlay) -> dict[str, str]:
 
 
 def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
-                 vectors_of: Callable[[list[str]], np.ndarray], max_share: float) -> Overlay | None:
+                 vectors_of: Callable[[list[str], list[str]], np.ndarray], max_share: float) -> Overlay | None:
     """The overlay that brings the published index `previous` (a base or an overlay) to the items
     `ids` whose vectors embed `text_hashes`: the base's items whose key is gone are removed,
     and every item the base's live positions lack is in the overlay (its vector taken from the
-    previous overlay when it was there, else from `vectors_of`). None when the base has no text
+    previous overlay when it was there, else from `vectors_of(ids, text hashes)`). None when the base has no text
     hashes or the overlay would pass `max_share` of the base: then the index is folded."""
     old = read_overlay(files, previous) if is_overlay(previous) else None
     base = old.base if old else previous
@@ -153,7 +153,7 @@ def next_overlay(files, previous: str, ids: pa.Array, text_hashes: pa.Array,
         if old is not None and old.ids:  # still current in the previous overlay: its vector is there
             at = pc.index_in(add_keys, value_set=item_keys(old.ids, old.text_hashes)).fill_null(-1).to_numpy(zero_copy_only=False)
         fresh = np.flatnonzero(at < 0)
-        got = vectors_of(add_ids.take(pa.array(fresh)).to_pylist()) if len(fresh) else None
+        got = vectors_of(add_ids.take(pa.array(fresh)).to_pylist(), add_hashes.take(pa.array(fresh)).to_pylist()) if len(fresh) else None
         vectors = np.zeros((len(add_ids), got.shape[1] if got is not None else old.vectors.shape[1]), np.float32)
         if old is not None:
             vectors[at >= 0] = old.vectors[at[at >= 0]]

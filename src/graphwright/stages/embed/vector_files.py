@@ -13,6 +13,7 @@ from graphwright.config import PipelineConfig
 from graphwright.engines.vectors import (
     ITEM_KEY,
     build_index_from_batches,
+    item_keys,
     may_update,
     save_to,
     update_index,
@@ -63,7 +64,7 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
     if published is not None and layerable:
         overlay = next_overlay(store.files, published, keys.column("item_id").combine_chunks(),
                                keys.column("text_hash").combine_chunks(),
-                               lambda wanted: recent_vectors(store, kind, model, wanted, keys, pinned, vectors_of),
+                               lambda wanted, hashes: recent_vectors(store, kind, model, wanted, hashes, pinned, vectors_of),
                                cfg.vectors.overlay_max_share)
         if overlay is not None:
             return layered, write_overlay(store.files, layered, overlay)
@@ -96,9 +97,9 @@ def published_vector_file(store: IndexStore, kind: str) -> tuple[str | None, int
     return relative, pinned
 
 
-def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], keys: pa.Table, since: int | None,
+def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], hashes: list[str], since: int | None,
                    vectors_of) -> np.ndarray:
-    """The vectors of the `wanted` items (rows in that order) with the text hash `keys` gives them,
+    """The vectors of the `wanted` items (rows in that order) embedding the text of `hashes`,
     read from the embeddings files written since Delta version `since` (an update embeds its new
     items there: a few files, not the 2 GB table); the rest through `vectors_of`, which scans.
     An item found in two files keeps its newest vector."""
@@ -106,7 +107,7 @@ def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], 
     from graphwright.storage.patch import read_data_file
 
     now = store.version("embeddings")
-    want_keys = key_column(keys.take(pc.index_in(pa.array(wanted, pa.string()), value_set=keys.column("item_id").combine_chunks())), ITEM_KEY)
+    want_keys = item_keys(wanted, hashes)  # (looking their hashes up among every key hashed 1.2M ids: 0.5 s)
     matrix, found = None, np.zeros(len(wanted), dtype=bool)
     # newest first: the stage appends its vectors after its deletes, which rewrite whole files
     for version in range(now, since, -1) if since is not None and now is not None else ():
