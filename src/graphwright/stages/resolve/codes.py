@@ -167,3 +167,36 @@ def description_hashes(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     present = index >= 0
     index[~present] = 0
     return np.where(present, hashes[index], 0), np.where(present, lengths[index], 0)
+
+
+def best_names(group: np.ndarray, name_code: np.ndarray, count: np.ndarray, n_groups: int, names: list[str]) -> list[str]:
+    """Per group, its most mentioned name (then the longest, then the first in order)."""
+    g, code, total = name_totals(group, name_code, count, max(len(names), 1))
+    present = np.array([names[c] for c in code.tolist()], dtype=object)  # only the names the groups use are ranked
+    name_rank = np.empty(len(code), dtype=np.int64)
+    name_rank[np.argsort(present, kind="stable")] = np.arange(len(code))
+    lengths = np.fromiter(map(len, present), np.int64, len(present))
+    order = np.lexsort((name_rank, -lengths, -total, g))
+    firsts = order[np.r_[True, g[order][1:] != g[order][:-1]]] if len(order) else order
+    best = [""] * n_groups
+    for gi, ci in zip(g[firsts].tolist(), code[firsts].tolist()):
+        best[gi] = names[ci]
+    return best
+
+
+def name_totals(group: np.ndarray, name_code: np.ndarray, count: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """group_sums(group, name_code, count, width) when each name lies in one group (a name has one
+    key, a key one entity): the counts summed per name in `width` bins and each name given its
+    group, instead of sorting every row's (group, name) pair (the hubs' 7.7M mentions a 0.1%
+    update rebuilds at 1.2M chunks: 0.85 s). Rows of group -1 belong to none."""
+    if len(group) and group.min() < 0:
+        keep = group >= 0
+        group, name_code, count = group[keep], name_code[keep], count[keep]
+    group_of = np.full(width, -1, np.int64)
+    group_of[name_code] = group
+    if not np.array_equal(group_of[name_code], group):  # a name in two groups: sum the pairs
+        return group_sums(group, name_code, count, width)
+    code = np.flatnonzero(group_of >= 0)
+    g = group_of[code]
+    order = np.argsort(g, kind="stable")  # by group, then name (as group_sums gives them)
+    return g[order], code[order], np.bincount(name_code, weights=count, minlength=width)[code][order]

@@ -35,6 +35,7 @@ from graphwright.stages.resolve.codes import (
     Dictionary,
     Scan,
     as_scan,
+    best_names,
     corpus_rank,
     group_sums,
     read_codes,
@@ -110,7 +111,7 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     if config.method == "linked" and len(keys) > 1:
         profiles = _profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
         if config.embeddings or config.adjudicate:  # a text per name, for the embedding or the LLM
-            best = _best_names(m_key, m["name"], m["count"], len(keys), names.values)
+            best = best_names(m_key, m["name"], m["count"], len(keys), names.values)
             plan = DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
             first = plan.merge(fetch_texts(as_scan(mentions), plan.needed()), cut=False)
             for i, k in enumerate(keys):
@@ -124,7 +125,7 @@ def resolve_parts(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config
     canonical, entity_keys, entity_ids, position, entity_of_key, id_rank = key_entities(keys, label, m_key, m["count"])
     n_entities = len(entity_keys)
     m_entity = entity_of_key[m_key]
-    entity_names = _best_names(m_entity, m["name"], m["count"], n_entities, names.values)
+    entity_names = best_names(m_entity, m["name"], m["count"], n_entities, names.values)
 
     rows, a_pair, pairs = _supported_pairs(a_src, a_tgt, a_keep, entity_of_key, id_rank)
     del a_src, a_tgt, a_keep, a["source"], a["target"]
@@ -332,20 +333,6 @@ def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_
     for i, k in enumerate(keys):
         profiles[k].code, profiles[k].neighbours = i, CodeSet(neighbour_codes[bounds[i]:bounds[i + 1]])
     return profiles
-
-
-def _best_names(group: np.ndarray, name_code: np.ndarray, count: np.ndarray, n_groups: int, names: list[str]) -> list[str]:
-    """Per group, its most mentioned name (then the longest, then the first in order)."""
-    g, code, total = group_sums(group, name_code, count, max(len(names), 1))
-    name_rank = np.empty(len(names), dtype=np.int64)
-    name_rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
-    lengths = np.array([len(n) for n in names], dtype=np.int64)
-    order = np.lexsort((name_rank[code], -lengths[code], -total, g))
-    firsts = order[np.r_[True, g[order][1:] != g[order][:-1]]] if len(order) else order
-    best = [""] * n_groups
-    for gi, ci in zip(g[firsts].tolist(), code[firsts].tolist()):
-        best[gi] = names[ci]
-    return best
 
 
 def _types(m_entity, m_type, m_count, type_names: list[str], n: int) -> dict[str, pa.Array]:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.resolve import core, state
+from graphwright.stages.resolve.codes import best_names
 from graphwright.stages.resolve.linking import link_keys
 from graphwright.stages.resolve.pair_cache import (
     candidates_from,
@@ -121,7 +122,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         profiles = core._profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
         texts = None
         if config.embeddings or config.adjudicate:
-            best = core._best_names(m_key, m["name"], m["count"], len(keys), names.values)
+            best = best_names(m_key, m["name"], m["count"], len(keys), names.values)
             plan = core.DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
             everything = np.arange(len(m_key))
             first = plan.merge(text_fetcher(store, "mentions", advances["mentions"].files, m, everything)(plan.needed()), cut=False)

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.stages.resolve import core
+from graphwright.stages.resolve.codes import best_names
 from graphwright.stages.resolve.descriptions import Texts
 from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.state import Advance
@@ -176,7 +177,7 @@ def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities
     rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
     group, k = local[m_entity[rows]], len(chosen)
     sub = {c: m[c][rows] for c in ("name", "count", "type", "chunk_id", "doc_id", "description", "length")}
-    chosen_names = core._best_names(group, sub["name"], sub["count"], k, names.values)
+    chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
     limit, want = config.description_max_chars, overflow is not None
     parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
     sub_rows = rows  # the parts index `sub`; the fetcher indexes `m`
