@@ -107,7 +107,7 @@ def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], 
     from graphwright.storage.patch import read_data_file
 
     now = store.version("embeddings")
-    want_keys = item_keys(wanted, hashes)  # (looking their hashes up among every key hashed 1.2M ids: 0.5 s)
+    want_keys = item_keys(wanted, hashes)  # from the overlay: looking them up among every key hashed 1.2M ids (0.5 s)
     matrix, found = None, np.zeros(len(wanted), dtype=bool)
     # newest first: the stage appends its vectors after its deletes, which rewrite whole files
     for version in range(now, since, -1) if since is not None and now is not None else ():
