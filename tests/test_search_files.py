@@ -523,3 +523,58 @@ def test_the_graphs_chunk_ids_are_merged_from_the_published_ones_and_the_log(tmp
         rows=pa.table({"chunk_id": pa.array(added, pa.string())}), deleted=pa.array(deleted, pa.string())))
     got = passage_update.updated_chunk_keys(store, {"vector_indexes": {"graph": "graph/passage-x/meta.json"}})
     assert (got.to_pylist() if got is not None else None) == expected
+
+
+def test_an_updates_lexical_rows_take_their_chunk_lists_heads_from_resolves_codes(versions, monkeypatch):
+    """The entities and relationships an update changed are read without their chunk lists (the
+    hub rows hold most of the index's list entries): each list's first ids and its length come
+    from resolve's codes (storage.lineage). The items equal those made from the lists."""
+    from graphwright.engines import lexical as lexical_engine
+    from graphwright.stages.embed import lexical
+    from graphwright.storage import changes
+
+    _, first_manifest, updated, _ = versions
+    store = IndexStore(updated)
+    asked, real = [], changes.changes_since
+
+    def recorded(store_, name, since, key, columns):
+        asked.append((name, tuple(columns)))
+        return real(store_, name, since, key, columns)
+
+    monkeypatch.setattr(lexical, "changes_since", recorded)
+    for kind in ("entity", "relationship"):
+        since = lexical_engine.previous_sources(store.files, first_manifest["vector_indexes"][f"lexical:{kind}"])
+        asked.clear()
+        coded = lexical._changed(store, kind, since)
+        assert asked and all("chunk_ids" not in columns for _, columns in asked), asked
+        listed = lexical._changed(store, kind, since, codes=False)
+        assert any("chunk_ids" in columns for _, columns in asked)
+        assert coded[0].num_rows and coded[0].sort_by("item_id").equals(listed[0].sort_by("item_id")), kind
+        assert coded[1].equals(listed[1]) and coded[2] == listed[2]
+
+
+def test_chunk_list_heads_from_codes_equal_the_lists_cut():
+    """Lists longer than a stored row keeps are cut to their first LIST_ITEMS ids, and counted
+    whole; a row the codes do not hold sends the caller to the lists."""
+    from graphwright.stages.embed.lexical import LIST_ITEMS, _with_chunk_heads
+    from graphwright.storage.lineage import Lineage
+
+    chunk_ids = pa.array([f"c{i:03d}" for i in range(40)])
+    entity_ids = pa.array(["e0", "e1", "e2"])
+    lists = {"e0": list(range(0, 40, 2)), "e1": [3], "e2": list(range(25))}  # codes, sorted
+    pairs = np.array([0 * 3 + 1, 0 * 3 + 2], np.int64)  # (e0, e1), (e0, e2)
+    rel_lists = [list(range(12)), [39]]
+    indptr = np.r_[0, np.cumsum([len(lists[e]) for e in ("e0", "e1", "e2")])]
+    rel_indptr = np.r_[0, np.cumsum([len(x) for x in rel_lists])]
+    coded = Lineage(chunk_ids, entity_ids, indptr, np.concatenate([lists[e] for e in ("e0", "e1", "e2")]).astype(np.int32),
+                    pairs, rel_indptr, np.concatenate(rel_lists).astype(np.int32), {})
+    entities = pa.table({"entity_id": ["e2", "e0", "e1"]})
+    got = _with_chunk_heads(entities, "entity", coded)
+    assert got.column("n_chunks").to_pylist() == [25, 20, 1]
+    assert got.column("chunk_ids").to_pylist() == [[f"c{i:03d}" for i in lists[e][:LIST_ITEMS]] for e in ("e2", "e0", "e1")]
+    relationships = pa.table({"source_id": ["e2", "e1"], "target_id": ["e0", "e0"]})
+    got = _with_chunk_heads(relationships, "relationship", coded)
+    assert got.column("n_chunks").to_pylist() == [1, 12]
+    assert got.column("chunk_ids").to_pylist() == [["c039"], [f"c{i:03d}" for i in range(LIST_ITEMS)]]
+    assert _with_chunk_heads(pa.table({"entity_id": ["e0", "gone"]}), "entity", coded) is None
+    assert _with_chunk_heads(pa.table({"source_id": ["e1"], "target_id": ["e2"]}), "relationship", coded) is None
