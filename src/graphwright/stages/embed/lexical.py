@@ -142,7 +142,7 @@ def _changed(store: IndexStore, kind: str, since: dict | None, codes: bool = Tru
     if coded is not None:
         rows = _with_chunk_heads(rows, kind, coded)
         if rows is None:  # a row resolve's codes do not hold: its list is read
-            return _changed(store, kind, {t: v for t, v in since.items()}, codes=False)
+            return _changed(store, kind, since, codes=False)
     return _items(kind, rows, lookup), changes.deleted, now
 
 
@@ -159,7 +159,8 @@ def _with_chunk_heads(rows: pa.Table, kind: str, coded) -> pa.Table | None:
         at, indptr, codes = positions("entity_id"), coded.entity_indptr, coded.entity_codes
         found = at >= 0
     else:
-        lo, hi = np.minimum(positions("source_id"), positions("target_id")), np.maximum(positions("source_id"), positions("target_id"))
+        source, target = positions("source_id"), positions("target_id")
+        lo, hi = np.minimum(source, target), np.maximum(source, target)
         code = lo * max(len(coded.entity_ids), 1) + hi
         at = np.minimum(np.searchsorted(coded.pairs, code), max(len(coded.pairs) - 1, 0))
         found = (lo >= 0) & (coded.pairs[at] == code) if len(coded.pairs) else np.zeros(len(code), bool)
