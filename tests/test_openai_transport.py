@@ -76,9 +76,9 @@ class _Server(BaseHTTPRequestHandler):
             self.close_connection = True
         elif mode == "gzip-bomb":  # small on the wire, far over the limit once inflated
             self._gzip(b" " * (1000 * LIMIT))
-        elif mode == "gzip-ok":
-            self._gzip(OK)
+        elif mode == "gzip-ok":  # noted before the reply goes: the client may have read it before a later line runs
             _Server.compressed = "gzip" in self.headers.get("Accept-Encoding", "")
+            self._gzip(OK)
         elif mode == "cut-once" and first:  # promises more than it sends, then closes
             self._head(Content_Length=str(len(OK) + 100))
             self.wfile.write(OK[:10])
