@@ -47,13 +47,29 @@ class Lineage:
     relationship_codes: np.ndarray
     versions: dict[str, int | None]
 
-    def entity_chunk_ids(self, positions: np.ndarray) -> pa.ListArray:
-        """The chunk_ids lists of the entities at these positions (in `entity_ids`), in their order."""
-        return _list_array(self.entity_indptr, self.entity_codes, positions, self.chunk_ids)
+    def entity_chunk_ids(self, positions: np.ndarray, limit: int | None = None) -> pa.ListArray:
+        """The chunk_ids lists of the entities at these positions (in `entity_ids`), in their order
+        (with `limit`, each list's first ids only)."""
+        return _list_array(self.entity_indptr, self.entity_codes, positions, self.chunk_ids, limit)
 
-    def relationship_chunk_ids(self, positions: np.ndarray) -> pa.ListArray:
-        """The chunk_ids lists of the relationships at these positions (in `pairs`), in their order."""
-        return _list_array(self.relationship_indptr, self.relationship_codes, positions, self.chunk_ids)
+    def relationship_chunk_ids(self, positions: np.ndarray, limit: int | None = None) -> pa.ListArray:
+        """The chunk_ids lists of the relationships at these positions (in `pairs`), in their order
+        (with `limit`, each list's first ids only)."""
+        return _list_array(self.relationship_indptr, self.relationship_codes, positions, self.chunk_ids, limit)
+
+    def entity_positions(self, entity_ids) -> np.ndarray:
+        """Each id's position in `entity_ids` (-1 where it holds none)."""
+        wanted = entity_ids if isinstance(entity_ids, (pa.Array, pa.ChunkedArray)) else pa.array(entity_ids, pa.string())
+        return to_numpy(pc.fill_null(pc.index_in(wanted, value_set=self.entity_ids), -1), np.int64)
+
+    def relationship_positions(self, source_ids, target_ids) -> np.ndarray:
+        """Each relationship's position in `pairs`, found by its endpoints (-1 where it holds none)."""
+        ends = self.entity_positions(source_ids), self.entity_positions(target_ids)
+        lo, hi = np.minimum(*ends), np.maximum(*ends)
+        code = lo * max(len(self.entity_ids), 1) + hi
+        at = np.minimum(np.searchsorted(self.pairs, code), max(len(self.pairs) - 1, 0))
+        found = (lo >= 0) & (self.pairs[at] == code) if len(self.pairs) else np.zeros(len(code), bool)
+        return np.where(found, at, -1)
 
     def entity_items(self) -> tuple[np.ndarray, np.ndarray]:
         """(entity position, chunk code) of every item of every entity's list."""
@@ -63,20 +79,15 @@ class Lineage:
     def entity_lists(self, entity_ids) -> dict[str, np.ndarray]:
         """{entity id: its codes} of those of `entity_ids` it holds."""
         wanted = pa.array(sorted(entity_ids), pa.string())
-        at = to_numpy(pc.fill_null(pc.index_in(wanted, value_set=self.entity_ids), -1), np.int64)
+        at = self.entity_positions(wanted)
         return {e: self.entity_codes[self.entity_indptr[i]:self.entity_indptr[i + 1]]
                 for e, i in zip(wanted.to_pylist(), at.tolist()) if i >= 0}
 
     def relationship_lists(self, relationship_ids: list[str], source_ids: list[str], target_ids: list[str]) -> dict[str, np.ndarray]:
         """{relationship id: its codes} of those it holds, found by their endpoints."""
-        width = max(len(self.entity_ids), 1)
-        ends = [to_numpy(pc.fill_null(pc.index_in(pa.array(x, pa.string()), value_set=self.entity_ids), -1), np.int64)
-                for x in (source_ids, target_ids)]
-        code = np.minimum(*ends) * width + np.maximum(*ends)
-        at = np.minimum(np.searchsorted(self.pairs, code), max(len(self.pairs) - 1, 0))
-        found = (np.minimum(*ends) >= 0) & (self.pairs[at] == code) if len(self.pairs) else np.zeros(len(code), bool)
+        at = self.relationship_positions(source_ids, target_ids)
         return {r: self.relationship_codes[self.relationship_indptr[i]:self.relationship_indptr[i + 1]]
-                for r, i, ok in zip(relationship_ids, at.tolist(), found.tolist()) if ok}
+                for r, i in zip(relationship_ids, at.tolist()) if i >= 0}
 
 
 def build(chunk_ids: pa.Array, entity_ids: list[str], id_rank: np.ndarray, m_entity: np.ndarray, m_chunk: np.ndarray,
@@ -100,9 +111,12 @@ def _lists(owner: np.ndarray, codes: np.ndarray, n_owners: int, n_codes: int) ->
     return indptr, (both % width).astype(np.int32)
 
 
-def _list_array(indptr: np.ndarray, codes: np.ndarray, positions: np.ndarray, names: pa.Array) -> pa.ListArray:
+def _list_array(indptr: np.ndarray, codes: np.ndarray, positions: np.ndarray, names: pa.Array,
+                limit: int | None = None) -> pa.ListArray:
     positions = np.asarray(positions, np.int64)
     starts, lengths = indptr[positions], indptr[positions + 1] - indptr[positions]
+    if limit is not None:
+        lengths = np.minimum(lengths, limit)
     offsets = np.r_[0, np.cumsum(lengths)]
     items = np.arange(offsets[-1]) - np.repeat(offsets[:-1] - starts, lengths)  # each list's items, in place
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), names.take(pa.array(codes[items])))

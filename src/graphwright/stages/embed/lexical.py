@@ -22,7 +22,6 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,7 +34,6 @@ from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import as_text, key_column
 from graphwright.storage.health import StorageError
 from graphwright.util.cores import driver_cores
-from graphwright.util.numeric import to_numpy
 from graphwright.util.rows import row_dicts
 
 KINDS = ("chunk", "entity", "relationship", "report")
@@ -152,26 +150,16 @@ def _with_chunk_heads(rows: pa.Table, kind: str, coded) -> pa.Table | None:
     the lists: the hub rows an update rebuilds at 1.2M chunks hold most of the index's list
     entries (reading the changed entities took 1.0 s, the relationships 0.7 s). None when a row
     is not among the codes."""
-    def positions(column: str) -> np.ndarray:
-        return to_numpy(pc.fill_null(pc.index_in(rows.column(column), value_set=coded.entity_ids), -1), np.int64)
-
     if kind == "entity":
-        at, indptr, codes = positions("entity_id"), coded.entity_indptr, coded.entity_codes
-        found = at >= 0
+        at, indptr = coded.entity_positions(rows.column("entity_id")), coded.entity_indptr
+        chunk_ids = coded.entity_chunk_ids
     else:
-        source, target = positions("source_id"), positions("target_id")
-        lo, hi = np.minimum(source, target), np.maximum(source, target)
-        code = lo * max(len(coded.entity_ids), 1) + hi
-        at = np.minimum(np.searchsorted(coded.pairs, code), max(len(coded.pairs) - 1, 0))
-        found = (lo >= 0) & (coded.pairs[at] == code) if len(coded.pairs) else np.zeros(len(code), bool)
-        indptr, codes = coded.relationship_indptr, coded.relationship_codes
-    if not found.all():
+        at, indptr = coded.relationship_positions(rows.column("source_id"), rows.column("target_id")), coded.relationship_indptr
+        chunk_ids = coded.relationship_chunk_ids
+    if (at < 0).any():
         return None
-    starts, lengths = indptr[at], indptr[at + 1] - indptr[at]
-    head = np.minimum(lengths, LIST_ITEMS)
-    offsets = np.r_[0, np.cumsum(head)]
-    items = np.arange(offsets[-1]) - np.repeat(offsets[:-1] - starts, head)
-    heads = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), coded.chunk_ids.take(pa.array(codes[items])))
+    lengths = indptr[at + 1] - indptr[at]
+    heads = chunk_ids(at, LIST_ITEMS)
     return rows.append_column("chunk_ids", heads).append_column("n_chunks", pa.array(lengths, pa.int32()))
 
 
@@ -264,5 +252,4 @@ def _items(kind: str, batch, lookup: pa.Table | None) -> pa.Table:
 
 def _chunk_count(batch) -> pa.Array:
     """Each row's chunk list length: given (_with_chunk_heads), or counted from its list."""
-    names = batch.column_names if isinstance(batch, pa.Table) else batch.schema.names
-    return batch.column("n_chunks") if "n_chunks" in names else pc.list_value_length(batch.column("chunk_ids"))
+    return batch.column("n_chunks") if "n_chunks" in batch.schema.names else pc.list_value_length(batch.column("chunk_ids"))
