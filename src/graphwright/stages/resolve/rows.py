@@ -166,18 +166,33 @@ def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.nd
     return fetch
 
 
-def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
-                   doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
-                   entity_keys: list[str], config, overflow: dict | None, chunk_lists: pa.ListArray,
-                   fetch, keep_bytes: int = 0) -> tuple[pa.Table, list[str]]:
-    """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their
-    names; `chunk_lists`: their chunk_ids (storage.lineage has them); `keep_bytes`: _Parts's."""
+def _chosen_rows(chosen: np.ndarray, m_entity: np.ndarray, n_entities: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the mention rows of the `chosen` entities, each one's place in `chosen`)."""
     local = np.full(n_entities, -1, dtype=np.int64)
     local[chosen] = np.arange(len(chosen))
     rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
-    group, k = local[m_entity[rows]], len(chosen)
+    return rows, local[m_entity[rows]]
+
+
+def best_entity_names(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names) -> list[str]:
+    """The names of the `chosen` entities, as build_entities gives them: what the relationships'
+    rows need before the entity rows are made."""
+    rows, group = _chosen_rows(chosen, m_entity, n_entities)
+    return best_names(group, m["name"][rows], m["count"][rows], len(chosen), names.values)
+
+
+def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
+                   doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
+                   entity_keys: list[str], config, overflow: dict | None, chunk_lists: pa.ListArray,
+                   fetch, keep_bytes: int = 0, chosen_names: list[str] | None = None) -> tuple[pa.Table, list[str]]:
+    """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their
+    names (`chosen_names` when entity_names gave them already); `chunk_lists`: their chunk_ids
+    (storage.lineage has them); `keep_bytes`: _Parts's."""
+    rows, group = _chosen_rows(chosen, m_entity, n_entities)
+    k = len(chosen)
     sub = {c: m[c][rows] for c in ("name", "count", "type", "chunk_id", "doc_id", "description", "length")}
-    chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
+    if chosen_names is None:
+        chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
     limit, want = config.description_max_chars, overflow is not None
     parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
     sub_rows = rows  # the parts index `sub`; the fetcher indexes `m`

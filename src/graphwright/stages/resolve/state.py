@@ -25,6 +25,7 @@ from graphwright import ids
 from graphwright.stages.resolve.codes import Dictionary, read_codes
 from graphwright.storage.patch import data_files, read_data_file
 from graphwright.text.names import normalize_name, resolution_key
+from graphwright.util.threads import side_by_side
 
 FORMAT = 1
 ROOT = "state/resolve"
@@ -132,13 +133,33 @@ class Advance:
     new_segments: dict[str, dict[str, np.ndarray]]  # data file path -> its coded rows, not yet saved
 
 
-def advance(store, files, state: ResolveState, table: str, extractor: str) -> Advance:
-    """Bring one table's coded rows to its current version: segments of files that left are
-    dropped (their rows are the removed ones), files that joined are coded (the added ones)."""
+def code_new_files(store, state: ResolveState, table: str, extractor: str) -> tuple[list[str], dict[str, dict[str, np.ndarray]]]:
+    """(the table's current data files, the coded rows of those the state has no segment for).
+    New values join the state's dictionaries, so the tables are coded one after the other: their
+    codes are then the same whatever else runs."""
     current_files = [path for path, _ in data_files(store, table)]
     had = state.segments.get(table, {})
+    return current_files, {p: code_file(store, table, p, extractor, state) for p in current_files if p not in had}
+
+
+def advance_both(store, files, state: ResolveState, extractor: str) -> dict[str, Advance]:
+    """advance() of the mentions and the assertions: coded in turn, then each table's segments
+    loaded and joined in a thread of its own (mostly page faults and copies, off the GIL: at 1.2M
+    chunks, 18M rows in 0.3-0.5 s side by side against 0.4-1.9 s one after the other)."""
+    coded = {t: code_new_files(store, state, t, extractor) for t in ("mentions", "assertions")}
+    adv_m, adv_a = side_by_side(lambda: advance(store, files, state, "mentions", extractor, coded["mentions"]),
+                                lambda: advance(store, files, state, "assertions", extractor, coded["assertions"]), "advance")
+    return {"mentions": adv_m, "assertions": adv_a}
+
+
+def advance(store, files, state: ResolveState, table: str, extractor: str,
+            coded: tuple[list[str], dict[str, dict[str, np.ndarray]]] | None = None) -> Advance:
+    """Bring one table's coded rows to its current version: segments of files that left are
+    dropped (their rows are the removed ones), files that joined are coded (the added ones);
+    `coded`: code_new_files' answer, when already made."""
+    current_files, new_segments = coded or code_new_files(store, state, table, extractor)
+    had = state.segments.get(table, {})
     gone = [p for p in had if p not in set(current_files)]
-    new_segments = {p: code_file(store, table, p, extractor, state) for p in current_files if p not in had}
     parts, columns = [], None
     for code, path in enumerate(current_files):
         seg = new_segments[path] if path in new_segments else load_segment(files, had[path])
