@@ -276,6 +276,16 @@ class _Parts:
     def needed(self) -> np.ndarray:
         return np.concatenate([np.empty(0, np.int64)] + [self.plan(p)[2].needed() for p in range(len(self))])
 
+    def needed_at(self) -> tuple[np.ndarray, np.ndarray]:
+        """(needed()'s hashes, a row of the table holding each): what a text fetcher reads
+        without looking for the rows (stages.resolve.texts)."""
+        hashes, rows = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        for p in range(len(self)):
+            sel, _, plan = self.plan(p)
+            hashes.append(plan.needed())
+            rows.append(sel[plan.needed_at()].astype(np.int64))
+        return np.concatenate(hashes), np.concatenate(rows)
+
 
 def _relationship_parts(scan: Scan | Callable, a: dict[str, np.ndarray], parts: _Parts, ends: _Endpoints, chunk_names: pa.Array,
                         doc_names: pa.Array, overflow: dict | None,
@@ -283,7 +293,7 @@ def _relationship_parts(scan: Scan | Callable, a: dict[str, np.ndarray], parts: 
     """The relationships table a part at a time; a part covers consecutive relationships.
     `scan`: the assertions, or a function from the needed description hashes to their Texts.
     `chunk_lists(first, k)`: the chunk_ids of relationships first..first+k-1, when known."""
-    texts = scan(parts.needed()) if getattr(scan, "fetches_texts", False) else fetch_texts(scan, parts.needed())
+    texts = scan(*parts.needed_at()) if getattr(scan, "fetches_texts", False) else fetch_texts(scan, parts.needed())
     memory.release()
     for p in range(len(parts)):
         sel, local, rel_plan = parts.plan(p)

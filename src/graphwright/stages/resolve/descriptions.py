@@ -78,19 +78,21 @@ class DescriptionPlan:
                  max_chars: int, want_overflow: bool):
         self.n_groups, self.max_chars = n_groups, max_chars
         present = (group >= 0) & (lengths > 0)  # group -1: a row no group takes
+        at = np.flatnonzero(present)  # each row's place in the arguments, to say where a text is
         g, h, r = group[present], hashes[present], rank[present]
         # by group, then hash (rows alike in both in any order: they are counted and their
         # earliest rank taken): one sort of a key with the hashes ranked densely, about half of
         # np.lexsort's time (the 7.7M rows of the hubs a 0.1% update rebuilds at 1.2M chunks)
         distinct, h_rank = unique_inverse(h)
         order = np.argsort(g.astype(np.int64) * max(len(distinct), 1) + h_rank)
-        g, h, r, length = g[order], h[order], r[order], lengths[present][order].astype(np.int64)
+        g, h, r, length, at = g[order], h[order], r[order], lengths[present][order].astype(np.int64), at[order]
         firsts = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (h[1:] != h[:-1])]) if len(g) else np.empty(0, np.int64)
         count = np.diff(np.r_[firsts, len(g)])
         earliest = np.minimum.reduceat(r, firsts) if len(g) else firsts
-        g, h, length = g[firsts], h[firsts], length[firsts]
+        g, h, length, at = g[firsts], h[firsts], length[firsts], at[firsts]
         order = np.lexsort((h, earliest, -count, g))
         self.g, self.h, self.count, self.earliest = g[order], h[order], count[order], earliest[order]
+        self.at = at[order]  # a row holding each (group, description)
         cost = length[order] + 1
         self.start = np.searchsorted(self.g, np.arange(n_groups + 1))
         spent = np.cumsum(cost)
@@ -112,8 +114,12 @@ class DescriptionPlan:
     def needed(self) -> np.ndarray:
         return self.h[self.candidate]
 
+    def needed_at(self) -> np.ndarray:
+        """For each of needed()'s hashes, a row holding it (its place among the rows given)."""
+        return self.at[self.candidate]
+
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.g, self.h, self.count, self.earliest, self.start, self.candidate, self.over))
+        return sum(a.nbytes for a in (self.g, self.h, self.count, self.earliest, self.at, self.start, self.candidate, self.over))
 
     def _ordered(self, texts: Texts, rows: np.ndarray) -> pa.Table:
         """The given rows with their texts, in exact order (group, -mentions, earliest, text)."""

@@ -45,9 +45,9 @@ from graphwright.stages.resolve.rows import (
     fingerprint_keys,
     net_change,
     order_kept,
-    text_fetcher,
     used_codes,
 )
+from graphwright.stages.resolve.texts import text_fetcher
 from graphwright.storage import contracts, lineage
 from graphwright.storage.diff import key_column
 from graphwright.storage.patch import data_files

@@ -1,10 +1,8 @@
 """Resolve from coded rows (plain functions for stages.resolve.incremental): the rows an update
-changed, chunk ranks, key fingerprints, description texts read from the few data files that hold
-them, and the entity rows of chosen entities."""
+changed, chunk ranks, key fingerprints, and the entity rows of chosen entities (their description
+texts come from stages.resolve.texts)."""
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa
@@ -12,11 +10,9 @@ import pyarrow.compute as pc
 
 from graphwright.stages.resolve import core
 from graphwright.stages.resolve.codes import best_names
-from graphwright.stages.resolve.descriptions import Texts
 from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.state import Advance
-from graphwright.storage.patch import read_data_file
-from graphwright.util.numeric import distinct_codes, distinct_lists, first_index, to_numpy, unique
+from graphwright.util.numeric import distinct_codes, distinct_lists, to_numpy
 
 
 def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -133,39 +129,6 @@ def fingerprint_keys(keys: list[str], profiles: dict, chunk_hash: np.ndarray, te
     return dict(zip(keys, mix(*parts).tolist()))
 
 
-def text_fetcher(store, table: str, file_paths: list[str], rows: dict[str, np.ndarray], candidates: np.ndarray | None):
-    """A function from description hashes to their Texts, reading only the data files that hold
-    a row of `candidates` (row indices; None: any row) with a wanted hash, and in those only the
-    description column."""
-
-    def fetch(wanted: np.ndarray) -> Texts:
-        wanted = unique(wanted) if len(wanted) else np.empty(0, np.int64)
-        pool = np.arange(len(rows["description"])) if candidates is None else candidates
-        # per wanted hash, the first row holding it: the pool's rows (at 1.2M chunks, the hubs'
-        # millions of mentions) probe a hash table of the wanted hashes, and the first hit of each
-        # is looked up among the hits (a binary search per row and a sort of the hits: 1.6 s)
-        hit = pool[first_index(wanted, rows["description"][pool]) >= 0]
-        if len(hit) > 1 and not (hit[1:] > hit[:-1]).all():
-            hit = np.sort(hit)
-        first = first_index(rows["description"][hit], wanted)
-        firsts = hit[first[first >= 0]]
-        by_file = defaultdict(list)
-        for row, f, place in zip(firsts.tolist(), rows["file"][firsts].tolist(), rows["row"][firsts].tolist()):
-            by_file[f].append((row, place))
-        got_rows, got_texts = [np.empty(0, np.int64)], [pa.array([], pa.string())]
-        for f, items in by_file.items():
-            column = read_data_file(store, table, file_paths[f], ["description"]).column("description")
-            got_rows.append(np.array([r for r, _ in items], dtype=np.int64))
-            got_texts.append(column.take(pa.array([p for _, p in items], pa.int64())).combine_chunks().cast(pa.string()))
-        picked = np.concatenate(got_rows)
-        texts = pa.concat_arrays(got_texts)
-        order = np.argsort(rows["description"][picked], kind="stable")
-        return Texts(rows["description"][picked][order], texts.take(pa.array(order)))
-
-    fetch.fetches_texts = True
-    return fetch
-
-
 def _chosen_rows(chosen: np.ndarray, m_entity: np.ndarray, n_entities: int) -> tuple[np.ndarray, np.ndarray]:
     """(the mention rows of the `chosen` entities, each one's place in `chosen`)."""
     local = np.full(n_entities, -1, dtype=np.int64)
@@ -195,11 +158,10 @@ def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities
         chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
     limit, want = config.description_max_chars, overflow is not None
     parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
-    sub_rows = rows  # the parts index `sub`; the fetcher indexes `m`
-    texts = fetch(parts.needed())
+    wanted, at = parts.needed_at()
+    texts = fetch(wanted, rows[at])  # the parts index `sub`, the fetcher `m`
     ids_ = [entity_ids[i] for i in chosen.tolist()]
     descriptions = core.merged_descriptions(parts, texts, ids_, chosen_names, overflow if want else None)
-    del sub_rows
     table = pa.table({
         "entity_id": pa.array(ids_, pa.string()),
         "canonical_key": pa.array([entity_keys[i] for i in chosen.tolist()], pa.string()),
