@@ -426,3 +426,26 @@ def test_an_updates_entity_rows_are_made_beside_the_relationships_patch(tmp_path
     assert details["linking"]["incremental"] is True and details["linking"]["entities_rebuilt"] > 0
     monkeypatch.undo()  # the fresh build resolves in full
     _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
+
+
+def test_an_update_finds_the_rebuilt_entities_mentions_once_for_their_names_and_rows(tmp_path, monkeypatch):
+    """Finding the rebuilt entities' mentions is a pass over every mention (9.6M at 1.2M
+    chunks): the names the relationships need and the entity rows share it."""
+    from graphwright.stages.resolve import incremental, rows
+
+    passes = []
+    real = rows.chosen_rows
+
+    def counted(*args):
+        passes.append(len(args[0]))
+        return real(*args)
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    monkeypatch.setattr(rows, "chosen_rows", counted)
+    monkeypatch.setattr(incremental, "chosen_rows", counted)
+    summary = _index(src, index, DOCS | {"d2": FRED})
+    assert len(passes) == 1 and passes[0] == _resolve_details(index, summary)["linking"]["entities_rebuilt"] > 0
+    monkeypatch.undo()
+    _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})

@@ -40,6 +40,7 @@ from graphwright.stages.resolve.pair_cache import (
 from graphwright.stages.resolve.rows import (
     best_entity_names,
     build_entities,
+    chosen_rows,
     chunk_ranks,
     code_hashes,
     fingerprint_keys,
@@ -198,14 +199,14 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     else:
         dirty_entity = np.ones(n_entities, dtype=bool)
     chosen = np.flatnonzero(dirty_entity)
-    chosen_names = best_entity_names(chosen, m, m_entity, n_entities, names)
+    mention_rows = chosen_rows(chosen, m_entity, n_entities)
+    chosen_names = best_entity_names(mention_rows, len(chosen), m, names)
 
     def entity_rows() -> pa.Table:  # made by the stage, beside the relationships' patch (their rows need only the names)
         table, _ = build_entities(chosen, m, m_entity, n_entities, names, type_names, doc_names, rank, degree, entity_ids,
                                   entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
-                                  text_fetcher(store, "mentions", advances["mentions"].files, m,
-                                               np.flatnonzero(dirty_entity[m_entity]) if base else None),
-                                  core.UPDATE_PLAN_BYTES if base else 0, chosen_names)
+                                  text_fetcher(store, "mentions", advances["mentions"].files, m, mention_rows[0]),
+                                  core.UPDATE_PLAN_BYTES if base else 0, chosen_names, mention_rows)
         return core._conform(table, "entities")
 
     if base:
