@@ -101,10 +101,10 @@ def test_a_resolve_killed_between_its_writes_is_finished_by_the_rerun(tmp_path, 
     _index(src, updated, DOCS)
     real = patch.patch_table
 
-    def dies_on_relationships(store, name, removed, parts, keys=None):
+    def dies_on_relationships(store, name, removed, parts):
         if name == "relationships":
             raise KeyboardInterrupt("killed")
-        return real(store, name, removed, parts, keys)
+        return real(store, name, removed, parts)
 
     monkeypatch.setattr(resolve_stage, "patch_table", dies_on_relationships)
     with pytest.raises(KeyboardInterrupt):
@@ -390,62 +390,4 @@ def test_an_update_joins_the_mentions_and_the_assertions_segments_side_by_side(t
     summary = _index(src, index, DOCS | {"d2": FRED})
     assert sorted(tables) == ["assertions", "mentions"] and not both_in.broken
     assert _resolve_details(index, summary)["linking"]["incremental"] is True
-    _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
-
-
-def test_an_updates_entity_rows_are_made_beside_the_relationships_patch(tmp_path, monkeypatch):
-    """The relationships' rows need only the entities' names, so an update makes the entity rows
-    (the hubs' millions of mentions at 1.2M chunks) while the relationships are patched."""
-    import threading
-
-    from graphwright.stages.resolve import incremental
-
-    both_in = threading.Barrier(2, timeout=20)
-    met = []
-    real_build, real_patch = incremental.build_entities, resolve_stage.patch_table
-
-    def building(*args, **kwargs):
-        both_in.wait()
-        met.append("entities")
-        return real_build(*args, **kwargs)
-
-    def patching(store, name, *args, **kwargs):
-        if name == "relationships":
-            both_in.wait()
-            met.append(name)
-        return real_patch(store, name, *args, **kwargs)
-
-    src, index = tmp_path / "src", tmp_path / "index"
-    src.mkdir()
-    _index(src, index, DOCS)
-    monkeypatch.setattr(incremental, "build_entities", building)
-    monkeypatch.setattr(resolve_stage, "patch_table", patching)
-    summary = _index(src, index, DOCS | {"d2": FRED})
-    assert sorted(met) == ["entities", "relationships"]
-    details = _resolve_details(index, summary)
-    assert details["linking"]["incremental"] is True and details["linking"]["entities_rebuilt"] > 0
-    monkeypatch.undo()  # the fresh build resolves in full
-    _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
-
-
-def test_an_update_finds_the_rebuilt_entities_mentions_once_for_their_names_and_rows(tmp_path, monkeypatch):
-    """Finding the rebuilt entities' mentions is a pass over every mention (9.6M at 1.2M
-    chunks): the names the relationships need and the entity rows share it."""
-    from graphwright.stages.resolve import incremental, rows
-
-    passes = []
-    real = rows.chosen_rows
-
-    def counted(*args):
-        passes.append(len(args[0]))
-        return real(*args)
-
-    src, index = tmp_path / "src", tmp_path / "index"
-    src.mkdir()
-    _index(src, index, DOCS)
-    monkeypatch.setattr(rows, "chosen_rows", counted)
-    monkeypatch.setattr(incremental, "chosen_rows", counted)
-    summary = _index(src, index, DOCS | {"d2": FRED})
-    assert len(passes) == 1 and passes[0] == _resolve_details(index, summary)["linking"]["entities_rebuilt"] > 0
-    monkeypatch.undo()
     _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})

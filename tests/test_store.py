@@ -555,36 +555,3 @@ def test_rows_a_patch_or_a_deletion_only_moves_are_not_checked_for_repeated_keys
     assert store.count("documents") == 98
     with pytest.raises(contracts.SchemaError):
         patch_table(store, "documents", [], [pa.concat_tables([docs(1, start=3), docs(1, start=3)])])
-
-
-def test_a_patch_given_its_keys_ahead_rewrites_the_files_while_the_parts_are_made(store, monkeypatch):
-    """resolve knows the rebuilt rows' keys before it makes the rows (the hubs' entity rows take
-    seconds at 1.2M chunks): the files holding those keys are rewritten meanwhile, the result is
-    the patch's without them, and a part holding a key not given is refused."""
-    import threading
-
-    from graphwright.storage import patch
-
-    for start in (0, 4, 8):  # three data files
-        store.append("documents", docs(4, start=start))
-    rewritten, real = threading.Event(), patch.read_data_file
-
-    def reading(store_, name, path, columns):
-        table = real(store_, name, path, columns)
-        rewritten.set()
-        return table
-
-    monkeypatch.setattr(patch, "read_data_file", reading)
-
-    def parts():
-        assert rewritten.wait(20), "no file was read before the parts were made"
-        yield docs(2, start=5, text="new")
-
-    keys = pa.array(["d0005", "d0006"])
-    stats = patch.patch_table(store, "documents", pa.array(["d0009"]), parts(), keys)
-    assert stats["files_rewritten"] == 2 and stats["rows_removed"] == 3 and stats["rows_added"] == 2
-    rows = {r["doc_id"]: r["text"] for r in store.read("documents").to_pylist()}
-    assert len(rows) == 11 and rows["d0005"] == "new 5" and "d0009" not in rows and rows["d0004"] == "text 4"
-    with pytest.raises(ValueError, match="d0001"):
-        patch.patch_table(store, "documents", pa.array([], pa.string()), [docs(2, text="other")], pa.array(["d0000"]))
-    assert store.read("documents").num_rows == 11

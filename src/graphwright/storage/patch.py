@@ -81,13 +81,11 @@ def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
     return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
 
 
-def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table], keys: pa.Array | None = None) -> dict[str, int]:
+def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> dict[str, int]:
     """Remove the rows whose primary key is in `removed_keys` or among the keys of `parts`, and add
     the rows of `parts`, in one commit (an upsert by key, with deletions); only the files holding
-    such a key are rewritten. `keys`: the keys the parts will hold, when known before they are
-    made (a single-column key): the files holding them are then rewritten while the parts are
-    made, and a part with another key is an error. Returns {"files_rewritten", "files_kept",
-    "files_added", "rows_removed", "rows_added"}."""
+    such a key are rewritten. Returns {"files_rewritten", "files_kept", "files_added",
+    "rows_removed", "rows_added"}."""
     schema = contracts.schema(name)
     if schema.partition_by:
         raise ValueError(f"patch_table does not write partitioned tables ({name})")
@@ -97,23 +95,15 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table], keys:
     # while the next part is made and while the old files are rewritten (at 1.2M chunks, a 0.1%
     # update's entity rows are 330 MB of chunk lists, written beside the rewrite of the file that held them)
     with tempfile.TemporaryDirectory(prefix=f"graphwright-patch-{name}-") as folder, \
-            ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool, \
-            ThreadPoolExecutor(2, thread_name_prefix=f"rewrite-{name}") as rewriters:
-        removed = pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())
-        rewrites = None
-        if keys is not None:
-            if len(key) != 1:
-                raise ValueError(f"table {name}: keys known ahead need a single-column primary key, not {list(key)}")
-            keys = keys.cast(pa.string())
-            rewrites = _rewrites(store, name, schema, folder, pc.unique(pa.concat_arrays([removed, keys])), rewriters)
+            ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool:
         adds: list[tuple[str, int]] = []
         writes: list[Future] = []
-        part_keys = [pa.array([], pa.string())]
+        keys = [pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())]
         for i, part in enumerate(parts):
             data = schema.validate(part)
             if not data.num_rows:
                 continue
-            part_keys.append(key_column(data, key))
+            keys.append(key_column(data, key))
             path = f"{folder}/new-{i:06d}.parquet"
             writes.append(pool.submit(write_parquet, data, path))
             adds.append((path, data.num_rows))
@@ -121,27 +111,39 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table], keys:
             del data, part
             while sum(not w.done() for w in writes) > 2:  # a few parts held at most
                 wait(writes, return_when=FIRST_COMPLETED)
-        added = pa.concat_arrays(part_keys)  # the parts' keys
+        touched = pc.unique(pa.concat_arrays(keys))
+        added = pa.concat_arrays(keys[1:]) if len(keys) > 1 else pa.array([], pa.string())  # the parts' keys
         if stats["rows_added"] and pc.count_distinct(added).as_py() != stats["rows_added"]:
             raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
-        stray = added.filter(pc.invert(pc.is_in(added, value_set=keys))) if keys is not None else []
-        if len(stray):
-            raise ValueError(f"table {name}: a patch part holds key {stray[0]}, which was not among the keys given ahead")
-        if rewrites is None:
-            rewrites = _rewrites(store, name, schema, folder, pc.unique(pa.concat_arrays([removed, added])), rewriters)
         removes: list[str] = []
         moved: list[tuple[str, int]] = []  # rows copied unchanged from the files rewritten
         hit_keys: list[pa.Array] = [pa.array([], pa.string())]
-        for path, gone_here, kept in (r.result() for r in rewrites):
-            if not len(gone_here):
-                stats["files_kept"] += 1
-                continue
-            stats["files_rewritten"] += 1
-            stats["rows_removed"] += len(gone_here)
-            removes.append(path)
-            hit_keys.append(gone_here)
-            if kept is not None:
-                moved.append(kept)
+
+        def rewrite(i: int, path: str) -> tuple[str, pa.Array, tuple[str, int] | None]:
+            """(path, the keys of its rows removed, its kept rows' local file) for one data file."""
+            file_keys = key_column(read_data_file(store, name, path, list(key)), key)
+            hit = pc.is_in(file_keys, value_set=touched)
+            removed = file_keys.filter(hit)
+            if not len(removed) or len(removed) == len(hit):
+                return path, removed, None
+            kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
+            local = f"{folder}/kept-{i:06d}.parquet"
+            write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
+            return path, removed, (local, kept.num_rows)
+
+        if len(touched) and store.exists(name):
+            # (a 0.1% update at 1.2M chunks rewrites all three files of the relationships table)
+            files = [path for path, _ in data_files(store, name)]
+            for path, removed, kept in pool.map(rewrite, range(len(files)), files):
+                if not len(removed):
+                    stats["files_kept"] += 1
+                    continue
+                stats["files_rewritten"] += 1
+                stats["rows_removed"] += len(removed)
+                removes.append(path)
+                hit_keys.append(removed)
+                if kept is not None:
+                    moved.append(kept)
         for done in writes:
             done.result()
         stats["files_added"] = len(adds) + len(moved)
@@ -151,28 +153,6 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table], keys:
             store._writing(name)
             _commit(store, store.ensure(name), name, adds, removes, moved, deleted=(key, gone) if len(key) == 1 else None)
     return stats
-
-
-def _rewrites(store, name: str, schema, folder: str, touched: pa.Array, pool: ThreadPoolExecutor) -> list[Future]:
-    """Per data file of the table, a future of (path, the keys of its rows removed, its kept
-    rows' local file or None): each file holding a `touched` key is rewritten without those rows."""
-    key = tuple(schema.primary_key)
-
-    def rewrite(i: int, path: str) -> tuple[str, pa.Array, tuple[str, int] | None]:
-        file_keys = key_column(read_data_file(store, name, path, list(key)), key)
-        hit = pc.is_in(file_keys, value_set=touched)
-        removed = file_keys.filter(hit)
-        if not len(removed) or len(removed) == len(hit):
-            return path, removed, None
-        kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
-        local = f"{folder}/kept-{i:06d}.parquet"
-        write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
-        return path, removed, (local, kept.num_rows)
-
-    if not len(touched) or not store.exists(name):
-        return []
-    # (a 0.1% update at 1.2M chunks rewrites all three files of the relationships table)
-    return [pool.submit(rewrite, i, path) for i, (path, _) in enumerate(data_files(store, name))]
 
 
 def distinct_per_file(store, name: str, column: str) -> dict[str, pa.Array]:

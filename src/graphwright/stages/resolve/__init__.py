@@ -20,48 +20,29 @@ def execute(run, m: dict) -> dict:
     linking: dict = {}
     update = resolve_update(store, run.config.resolve, key, run.run_id, embed=_embedder(run), adjudicate=_adjudicator(run),
                             overflow=overflow, link_stats=linking)
-    made: list[pa.Table] = []
-
-    def entities():
-        if not made:
-            made.append(_summarize_descriptions(run, overflow, update.entities(), "entities", "entity_id"))
-        return made[0]
-
-    if overflow is not None:  # one overflow to summarize at a time: the entity rows are made first
-        entities()
+    entities = _summarize_descriptions(run, overflow, update.entities, "entities", "entity_id")
 
     def relationship_parts():  # each part's overflow is summarized before the part is written
         for part in update.relationship_parts:
             yield _summarize_descriptions(run, overflow, part, "relationships", "relationship_id")
 
-    rows_out = update.stats["relationships_rebuilt"]
     if update.stats.get("unchanged"):  # neither the input tables nor the outputs moved since the last resolve
         diffs = {t: {"unchanged": True} for t in ("entities", "entity_aliases", "relationships")}
     elif update.patch:  # only the rows the update touched are written, into new files
-        # the entity rows are made and patched (reading and rewriting the files of their chunk
-        # lists, mostly in Arrow and numpy, without the GIL) beside the relationships' rows and
-        # patch, which need only the entities' names: resolve 36.4 -> 33.6 s in a 0.1% update at
-        # 1.2M with the patches side by side, and (rows made there too) see docs/scaling.md
-        def patch_entities():
-            rows = entities()
-            return rows.num_rows, patch_table(store, "entities", update.removed_entities, [rows], update.entity_keys)
-
-        (n_made, patched), diffs = side_by_side(
-            patch_entities,
-            lambda: {"relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts(),
-                                                  update.relationship_keys),
+        # the entities' patch (reading and rewriting the files of their chunk lists, mostly in
+        # Arrow, without the GIL) beside the relationships': resolve 36.4 -> 33.6 s in a 0.1% update at 1.2M
+        patched, diffs = side_by_side(
+            lambda: patch_table(store, "entities", update.removed_entities, [entities]),
+            lambda: {"relationships": patch_table(store, "relationships", update.removed_relationships, relationship_parts()),
                      "entity_aliases": patch_changed(store, "entity_aliases", update.aliases)},
             "patch-entities")
         diffs["entities"] = patched
-        rows_out += n_made
     else:
-        rows = entities()
-        rows_out += rows.num_rows
-        diffs = {"entities": store.replace_if_changed("entities", rows),
+        diffs = {"entities": store.replace_if_changed("entities", entities),
                  "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
                  "relationships": store.replace_parts_if_changed("relationships", relationship_parts())}
     update.finish(store)
-    m.update(rows_in=update.stats["mentions_changed"] + update.stats["assertions_changed"], rows_out=rows_out,
+    m.update(rows_in=update.stats["mentions_changed"] + update.stats["assertions_changed"], rows_out=entities.num_rows + update.stats["relationships_rebuilt"],
              entities=update.n_entities, relationships=update.n_relationships, aliases=update.aliases.num_rows,
              changes=diffs, linking=linking, work_unit="mentions",
              work_done=update.stats["mentions_changed"] if update.stats.get("incremental") else update.stats["mentions_total"],

@@ -38,9 +38,7 @@ from graphwright.stages.resolve.pair_cache import (
     split_rows,
 )
 from graphwright.stages.resolve.rows import (
-    best_entity_names,
     build_entities,
-    chosen_rows,
     chunk_ranks,
     code_hashes,
     fingerprint_keys,
@@ -61,7 +59,7 @@ INPUTS = ("mentions", "assertions", "chunks", "documents")
 
 @dataclass
 class Update:
-    entities: Callable[[], pa.Table]  # makes the entity rows to write: all of them, or (patch) the rebuilt ones
+    entities: pa.Table  # the entity rows to write: all of them, or (patch) the rebuilt ones
     aliases: pa.Table  # all aliases (one row per surface name: small)
     relationship_parts: Iterator[pa.Table]
     n_entities: int
@@ -71,8 +69,6 @@ class Update:
     removed_relationships: pa.Array
     finish: Callable[[object], None]  # saves the state once the outputs are written (given the store)
     stats: dict = field(default_factory=dict)
-    entity_keys: pa.Array | None = None  # (patch) the ids of the entity rows `entities` will make
-    relationship_keys: pa.Array | None = None  # (patch) the ids of the relationship_parts' rows
 
 
 def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjudicate=None,
@@ -199,16 +195,10 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     else:
         dirty_entity = np.ones(n_entities, dtype=bool)
     chosen = np.flatnonzero(dirty_entity)
-    mention_rows = chosen_rows(chosen, m_entity, n_entities)
-    chosen_names = best_entity_names(mention_rows, len(chosen), m, names)
-
-    def entity_rows() -> pa.Table:  # made by the stage, beside the relationships' patch (their rows need only the names)
-        table, _ = build_entities(chosen, m, m_entity, n_entities, names, type_names, doc_names, rank, degree, entity_ids,
-                                  entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
-                                  text_fetcher(store, "mentions", advances["mentions"].files, m, mention_rows[0]),
-                                  core.UPDATE_PLAN_BYTES if base else 0, chosen_names, mention_rows)
-        return core._conform(table, "entities")
-
+    entities, chosen_names = build_entities(chosen, m, m_entity, n_entities, names, type_names, doc_names,
+                                            rank, degree, entity_ids, entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
+                                            text_fetcher(store, "mentions", advances["mentions"].files, m, None),  # the plans say where
+                                            core.UPDATE_PLAN_BYTES if base else 0)
     if base:
         previous_names = old_entities.column("name").to_pylist()
         entity_names = np.array([previous_names[j] if j >= 0 else "" for j in old_at.tolist()], dtype=object)
@@ -267,12 +257,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         outputs = {t: store_.version(t) for t in OUTPUTS} | {"config": config_id, "inputs": inputs_now}
         state.save(files, st, run_id, advances, sizes, derived, outputs)
 
-    # the rows' keys, known before the rows are made: the patches rewrite the files holding them meanwhile
-    rebuilt_ids = pa.array([entity_ids[i] for i in chosen.tolist()], pa.string())
-    rebuilt_pairs = pa.array([ids.relationship_id(entity_ids[x], entity_ids[y])
-                              for x, y in zip(rel_lo[chosen_pairs].tolist(), rel_hi[chosen_pairs].tolist())], pa.string())
-    return Update(entity_rows, core._conform(aliases, "entity_aliases"), parts, n_entities,
-                  len(pairs), bool(base), removed_ent, removed_rel, finish, stats, rebuilt_ids, rebuilt_pairs)
+    return Update(core._conform(entities, "entities"), core._conform(aliases, "entity_aliases"), parts, n_entities,
+                  len(pairs), bool(base), removed_ent, removed_rel, finish, stats)
 
 
 def _unchanged(store, link_stats: dict | None) -> Update:
@@ -284,7 +270,7 @@ def _unchanged(store, link_stats: dict | None) -> Update:
              "mentions_changed": 0, "assertions_changed": 0, "mentions_total": rows("mentions")}
     if link_stats is not None:
         link_stats.update(stats)
-    return Update(lambda: contracts.empty("entities"), contracts.empty("entity_aliases"), iter(()), rows("entities"),
+    return Update(contracts.empty("entities"), contracts.empty("entity_aliases"), iter(()), rows("entities"),
                   rows("relationships"), True, nothing, nothing, lambda store_: None, stats)
 
 

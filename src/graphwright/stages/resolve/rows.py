@@ -129,35 +129,18 @@ def fingerprint_keys(keys: list[str], profiles: dict, chunk_hash: np.ndarray, te
     return dict(zip(keys, mix(*parts).tolist()))
 
 
-def chosen_rows(chosen: np.ndarray, m_entity: np.ndarray, n_entities: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the mention rows of the `chosen` entities, each one's place in `chosen`): a pass over
-    every mention (9.6M at 1.2M chunks), made once for the names and the rows."""
-    local = np.full(n_entities, -1, dtype=np.int64)
-    local[chosen] = np.arange(len(chosen))
-    rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
-    return rows, local[m_entity[rows]]
-
-
-def best_entity_names(mention_rows: tuple[np.ndarray, np.ndarray], k: int, m: dict, names) -> list[str]:
-    """The names of `k` chosen entities (`mention_rows`: chosen_rows'), as build_entities gives
-    them: what the relationships' rows need before the entity rows are made."""
-    rows, group = mention_rows
-    return best_names(group, m["name"][rows], m["count"][rows], k, names.values)
-
-
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
                    doc_names: pa.Array, rank: np.ndarray, degree: np.ndarray, entity_ids: list[str],
                    entity_keys: list[str], config, overflow: dict | None, chunk_lists: pa.ListArray,
-                   fetch, keep_bytes: int = 0, chosen_names: list[str] | None = None,
-                   mention_rows: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[pa.Table, list[str]]:
+                   fetch, keep_bytes: int = 0) -> tuple[pa.Table, list[str]]:
     """The entity rows of `chosen` (entity indices), as a full resolve computes them, and their
-    names (`chosen_names` when best_entity_names gave them already); `chunk_lists`: their
-    chunk_ids (storage.lineage has them); `keep_bytes`: _Parts's; `mention_rows`: chosen_rows'."""
-    rows, group = mention_rows or chosen_rows(chosen, m_entity, n_entities)
-    k = len(chosen)
+    names; `chunk_lists`: their chunk_ids (storage.lineage has them); `keep_bytes`: _Parts's."""
+    local = np.full(n_entities, -1, dtype=np.int64)
+    local[chosen] = np.arange(len(chosen))
+    rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
+    group, k = local[m_entity[rows]], len(chosen)
     sub = {c: m[c][rows] for c in ("name", "count", "type", "chunk_id", "doc_id", "description", "length")}
-    if chosen_names is None:
-        chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
+    chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
     limit, want = config.description_max_chars, overflow is not None
     parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
     wanted, at = parts.needed_at()
