@@ -2,7 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphwright.util.numeric import distinct_lists, sorted_codes, sorted_dictionary, unique
+from graphwright.util.numeric import distinct_lists, sorted_codes, sorted_dictionary, spans, unique
 
 
 def test_sorted_codes_index_the_sorted_distinct_values():
@@ -112,3 +112,9 @@ def test_grouped_order_is_a_stable_argsort_made_by_sorting_values(monkeypatch):
         assert np.array_equal(grouped_order(group), want)
     monkeypatch.undo()
     assert grouped_order(cases[0]).tolist() == [] and np.array_equal(grouped_order(np.array([1, -1, 0])), [1, 2, 0])
+
+
+def test_spans_are_each_start_counted_up_its_length_one_after_the_other():
+    starts, lengths = np.array([5, 0, 9, 2]), np.array([3, 0, 1, 2])
+    assert spans(starts, lengths).tolist() == [s + i for s, n in zip(starts, lengths) for i in range(n)] == [5, 6, 7, 9, 2, 3]
+    assert spans(np.zeros(0, np.int64), np.zeros(0, np.int64)).tolist() == []

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from graphwright.query.ppr import personalized_pagerank
+from graphwright.util.numeric import spans
 from graphwright.stages.embed.passage_graph import ARRAYS, MENTION, RELATIONSHIP, SYNONYM
 from graphwright.storage.location import is_uri
 
@@ -90,7 +91,7 @@ class PassageGraph:
         lengths = self.indptr[chosen + 1] - starts
         if self.meta.get("format", 2) >= 3:  # an entity's mentions come last in its row: not read
             lengths = lengths - self.chunk_counts[chosen]
-        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        offsets = spans(starts, lengths)
         owner = np.repeat(chosen, lengths)
         other = np.asarray(self.indices[offsets], dtype=np.int64)
         keep = np.asarray(self.kinds[offsets]) == RELATIONSHIP

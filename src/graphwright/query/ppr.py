@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphwright.util.numeric import spans
+
 MAX_EDGE_VISITS = 5_000_000  # a bound on one query's work, whatever the tolerance and the graph
 
 
@@ -54,7 +56,7 @@ def personalized_pagerank(indptr: np.ndarray, indices: np.ndarray, weights: np.n
             break
         visits += total
         # positions of every edge of every frontier node, in one array
-        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+        offsets = spans(starts, lengths)
         targets = indices[offsets]
         with np.errstate(divide="ignore", invalid="ignore"):
             per_weight = np.where(lengths > 0, damping * mass / out_weight[frontier], 0.0)

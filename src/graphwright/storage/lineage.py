@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright import ids
-from graphwright.util.numeric import to_numpy, unique
+from graphwright.util.numeric import spans, to_numpy, unique
 from graphwright.util.threads import side_by_side
 
 ROOT = "state/lineage"
@@ -118,8 +118,7 @@ def _list_array(indptr: np.ndarray, codes: np.ndarray, positions: np.ndarray, na
     if limit is not None:
         lengths = np.minimum(lengths, limit)
     offsets = np.r_[0, np.cumsum(lengths)]
-    items = np.arange(offsets[-1]) - np.repeat(offsets[:-1] - starts, lengths)  # each list's items, in place
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), names.take(pa.array(codes[items])))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), names.take(pa.array(codes[spans(starts, lengths)])))
 
 
 def folder(versions: dict[str, int | None]) -> str:

@@ -71,6 +71,13 @@ def grouped_order(group: np.ndarray) -> np.ndarray:
     return np.sort(np.asarray(group, np.int64) * n + np.arange(n)) % n
 
 
+def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1 for every i, one after the other:
+    where a CSR row's entries, a list's items or a text's n-grams lie, without a Python loop."""
+    lengths = np.asarray(lengths, np.int64)
+    return np.repeat(np.asarray(starts, np.int64) - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+
+
 def first_index(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Per key, the index of its first occurrence in `values`, -1 where it has none: one Arrow
     hash table of the values, probed by every key. A binary search per key over sorted values

@@ -19,7 +19,7 @@ import zlib
 
 import numpy as np
 
-from graphwright.util.numeric import unique_inverse
+from graphwright.util.numeric import spans, unique_inverse
 
 
 def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
@@ -41,8 +41,7 @@ def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
     starts, ends = np.cumsum(lengths) - lengths, np.cumsum(lengths)
     grams = np.maximum(lengths - n + 1, 1)
     row = np.repeat(np.arange(len(texts)), grams)
-    first = np.cumsum(grams) - grams
-    at = np.repeat(starts, grams) + np.arange(len(row)) - np.repeat(first, grams)
+    at = spans(starts, grams)
     end = np.repeat(ends, grams)
     code = np.zeros(len(row), dtype=np.int64)
     for d in range(n):  # a position past the text's end holds NO_POINT

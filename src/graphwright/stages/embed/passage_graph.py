@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
-from graphwright.util.numeric import fixed_bytes, grouped_order, in_runs, to_numpy
+from graphwright.util.numeric import fixed_bytes, grouped_order, in_runs, spans, to_numpy
 
 FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
@@ -139,8 +139,8 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     by_chunk = grouped_order(chunk)
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(np.r_[edges + mentions_of, np.bincount(chunk, minlength=n_chunks)], out=indptr[1:])
-    edge_at = np.repeat(indptr[:n_entities] - np.r_[0, np.cumsum(edges)[:-1]], edges) + np.arange(len(src))
-    mention_at = np.repeat(indptr[:n_entities] + edges - np.r_[0, np.cumsum(mentions_of)[:-1]], mentions_of) + np.arange(len(owner))
+    edge_at = spans(indptr[:n_entities], edges)
+    mention_at = spans(indptr[:n_entities] + edges, mentions_of)
     indices = np.empty(int(indptr[-1]), np.int32)
     indices[edge_at], indices[mention_at] = dst, n_entities + chunk
     indices[indptr[n_entities]:] = owner[by_chunk]

@@ -227,7 +227,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                             overflow is not None, core.UPDATE_PLAN_BYTES if base else 0)
     endpoints = core._Endpoints(pa.array(entity_ids, pa.string()), pa.array(entity_names.tolist(), pa.string()),
                                 rel_lo[chosen_pairs], rel_hi[chosen_pairs])
-    fetch = text_fetcher(store, "assertions", advances["assertions"].files, a, sup_rows[keep])
+    fetch = text_fetcher(store, "assertions", advances["assertions"].files, a, None)  # the plans say where
     parts = core._relationship_parts(fetch, {c: a[c] for c in ("weight", "chunk_id", "doc_id")}, rel_parts, endpoints,
                                      chunk_names, doc_names, overflow,
                                      lambda first, k: coded.relationship_chunk_ids(chosen_pairs[first:first + k]))
