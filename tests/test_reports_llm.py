@@ -411,6 +411,65 @@ def test_an_update_tokenizes_only_report_rows_whose_text_is_new(server, corpus, 
     assert {c: p.tokens for c, p in warm.plans.items()} == {c: p.tokens for c, p in cold.plans.items()}
 
 
+def test_an_update_hashes_only_the_report_rows_rewritten_since_the_last_planning(server, corpus, tmp_path, monkeypatch):
+    """The counts are kept by row id too, with the table versions they were counted at: an
+    update builds and hashes the text only of the rows a commit rewrote since (the log says
+    which), not of every row it costs, and plans as a cold planning does."""
+    from graphwright.stages.report import row_tokens
+    from graphwright.stages.report.llm import row_format
+    from graphwright.storage.changes import changes_since
+
+    cfg = config(server)
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    since = {t: store.version(t) for t in row_tokens.KEYS}
+    edit_river(corpus, "The ferry at Greywater River carried grain to Amberfield.")
+    hashed: list[str] = []
+    real = row_tokens.digest
+    monkeypatch.setattr(row_tokens, "digest", lambda text: hashed.append(text) or real(text))
+    again = run([corpus], index, cfg)
+    assert again["recomputed"]["reports_built"] > 0
+    rewritten = {t: set(changes_since(store, t, since[t], k, [k]).rows.column(k).to_pylist()) for t, k in row_tokens.KEYS.items()}
+    ent = {r["entity_id"]: r for r in store.read("entities").to_pylist()}
+    rel = {r["relationship_id"]: r for r in store.read("relationships").to_pylist()}
+    from graphwright.stages.report.llm import entity_row, relationship_row
+
+    texts_rewritten = ({entity_row(ent[i]) for i in rewritten["entities"] if i in ent}
+                       | {relationship_row(rel[i]) for i in rewritten["relationships"] if i in rel})
+    row_texts = {entity_row(r) for r in ent.values()} | {relationship_row(r) for r in rel.values()}
+    in_update = [t for t in hashed if t in row_texts]  # (text units are hashed too)
+    assert 0 < len(in_update) and set(in_update) <= texts_rewritten
+    cold = plans_of(store, cfg)
+    hashed.clear()
+    known = row_tokens.RowTokens.load(store.files, store, row_format())
+    warm = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist(), known=known)
+    assert [t for t in hashed if t in row_texts] == [] and known.id_hits > 0  # nothing rewritten since the update's planning
+    assert {c: (p.input_hash, p.tokens) for c, p in warm.plans.items()} == {c: (p.input_hash, p.tokens) for c, p in cold.items()}
+
+
+def test_row_token_counts_by_id_drop_the_rows_rewritten_since_and_another_row_format(server, corpus, tmp_path):
+    import pyarrow.compute as pc
+
+    from graphwright.stages.report import row_tokens
+    from graphwright.stages.report.llm import row_format
+    from graphwright.storage.patch import patch_table
+
+    cfg = config(server)
+    index = tmp_path / "index"
+    run([corpus], index, cfg)
+    store = IndexStore(index)
+    stored = row_tokens.RowTokens.load(store.files, store, row_format())
+    ids = stored.by_id["entities"].column("row_id").to_pylist()
+    assert len(ids) == store.count("entities")  # a full planning costs every entity row
+    first = ids[0]
+    assert first in stored.of_ids("entities", {first})
+    patch_table(store, "entities", [], [store.read("entities").filter(pc.equal(pc.field("entity_id"), first))])  # written again
+    again = row_tokens.RowTokens.load(store.files, store, row_format())
+    assert first not in again.of_ids("entities", set(ids)) and len(again.of_ids("entities", set(ids))) == len(ids) - 1
+    assert row_tokens.RowTokens.load(store.files, store, "another format").by_id == {}
+
+
 def test_row_token_counts_from_another_tokenizer_are_not_used(tmp_path, monkeypatch):
     from graphwright.stages.report import row_tokens
     from graphwright.storage.location import IndexFiles

@@ -53,7 +53,11 @@ def execute(run, m: dict) -> dict:
         memo.record(stats)
         return stats
     communities = store.read("communities")
-    known = RowTokens.load(store.files)  # an update tokenizes only the rows whose text is new
+    from graphwright.stages.report.llm import row_format
+
+    # an update tokenizes only the rows whose text is new, and looks up by id those no commit rewrote
+    known = RowTokens.load(store.files, store, row_format())
+    versions = {t: store.version(t) for t in ("entities", "relationships")}  # what planning reads
     gen = generator_of(run.config.llm)
     to_plan, fixed, untouched = row_dicts(communities), {}, []
     previous_rows = row_dicts(previous) if cfg.mode == "llm" else []  # what an LLM run reuses by input hash
@@ -63,7 +67,7 @@ def execute(run, m: dict) -> dict:
             to_plan, fixed, untouched = _fixed_plans(to_plan, stale, previous_rows, gen)
     m["reports_planned"] = len(to_plan) - len(fixed)
     llm_reports = LLMReports(store, cfg, run.config.llm, to_plan, engine=run.llm.engine, known=known, fixed=fixed)
-    known.save(store.files, keep=bool(fixed or untouched))
+    known.save(store.files, keep=bool(fixed or untouched), versions=versions, row_format=row_format())
     m["row_tokens_counted"] = known.counted
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
     if cfg.mode == "lazy":

@@ -88,6 +88,13 @@ def relationship_row(r: dict) -> str:
     return _clean(f"{r['source']}|{r['target']}|{r['description']}")
 
 
+def row_format() -> str:
+    """What a row's text is made by (the code of entity_row, relationship_row and _clean): token
+    counts kept by row id (row_tokens) hold only while it stays the same."""
+    code = [f.__code__ for f in (entity_row, relationship_row, _clean)]
+    return ids.stable_id("report-row-format", *(c.co_code.hex() + repr(c.co_consts) + repr(c.co_names) for c in code), length=16)
+
+
 def lineage_of(ent: dict, rel: dict) -> Lineage:
     """Chunk lists read from rows that carry them (`chunk_ids`)."""
     return lambda es, rs: Support.of_lists({e: ent[e]["chunk_ids"] for e in es if e in ent}, {r: rel[r]["chunk_ids"] for r in rs if r in rel})
@@ -115,8 +122,11 @@ class _Costs:
     """Prompt tokens of rows, counted when first asked for (a plan looks at the rows that can
     fit its budget, not every row of a large community)."""
 
-    def __init__(self, text: Callable[[str], str], count: Callable[[list[str]], list[int]] = count_tokens):
-        self.text, self.tokens, self.count = text, {}, count
+    def __init__(self, text: Callable[[str], str], count: Callable[[list[str]], list[int]] = count_tokens,
+                 known: dict[str, int] | None = None):
+        """`known`: {id: token count} of rows counted before (row_tokens by id)."""
+        self.text, self.count = text, count
+        self.tokens = {i: n + 2 for i, n in (known or {}).items()}
 
     def of(self, ids) -> list[int]:
         tokens = self.tokens
@@ -156,7 +166,8 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
         return r_text[i] if i in r_text else r_text.setdefault(i, relationship_row(rel[i]))
 
     count = _counter(known)
-    e_cost, r_cost = _Costs(entity_text, count), _Costs(relationship_text, count)
+    e_cost = _Costs(entity_text, count, known.of_ids("entities", ent) if known else None)
+    r_cost = _Costs(relationship_text, count, known.of_ids("relationships", rel) if known else None)
     order = sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"]))
     rows: dict[str, tuple] = {}  # what each plan lists: (entities, relationships, children, room for text units)
     for c in order:  # deepest first: a parent's children are planned before it
@@ -183,6 +194,9 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
                 room -= c_cost[ch]
         plans[c["community_id"]] = _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost,
                                          entity_text, relationship_text, c_text, config, gen)
+    if known is not None:  # by id, for the next run: what each row costed, without its +2
+        for table, costs in (("entities", e_cost), ("relationships", r_cost)):
+            known.note_ids(table, {i: n - 2 for i, n in costs.tokens.items()})
     return plans
 
 
