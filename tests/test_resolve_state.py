@@ -391,3 +391,36 @@ def test_an_update_joins_the_mentions_and_the_assertions_segments_side_by_side(t
     assert sorted(tables) == ["assertions", "mentions"] and not both_in.broken
     assert _resolve_details(index, summary)["linking"]["incremental"] is True
     _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
+
+
+def test_an_update_whose_keys_changed_searches_the_candidates_while_it_makes_the_profiles(tmp_path, monkeypatch):
+    """Without embeddings the candidate pairs depend on the keys alone: when new names come,
+    they are searched once, in a thread, while the key profiles are made (the n-gram search over
+    every key is about a second of an update at 145k and 1.2M chunks)."""
+    import threading
+
+    from graphwright.stages.resolve import core, incremental
+
+    both_in = threading.Barrier(2, timeout=20)
+    searched, real_search, real_profiles = [], incremental.candidate_pairs, core._profiles
+
+    def search(keys, config, embeddings=None):
+        searched.append(threading.current_thread().name)
+        both_in.wait()  # the profiles are being made meanwhile
+        return real_search(keys, config, embeddings)
+
+    def profiles(*args):
+        both_in.wait()
+        return real_profiles(*args)
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    monkeypatch.setattr(incremental, "candidate_pairs", search)
+    monkeypatch.setattr(core, "_profiles", profiles)
+    summary = _index(src, index, DOCS | {"d2": FRED})
+    assert len(searched) == 1 and searched[0].startswith("resolve-candidates") and not both_in.broken
+    details = _resolve_details(index, summary)["linking"]
+    assert details["incremental"] is True and details["candidates_reused"] is False
+    monkeypatch.undo()
+    _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})

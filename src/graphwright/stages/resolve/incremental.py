@@ -17,6 +17,7 @@ and tests/test_incremental_equivalence.py hold that.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.resolve import core, state
+from graphwright.stages.resolve.candidates import candidate_pairs
 from graphwright.stages.resolve.codes import best_names
 from graphwright.stages.resolve.linking import link_keys
 from graphwright.stages.resolve.pair_cache import (
@@ -119,33 +121,39 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     cached = st.outputs.get("config") == config_id
     pairs_table, cand_table, chunk_hash = None, None, None
     if config.method == "linked" and len(keys) > 1:
-        profiles = core._profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
-        texts = None
-        if config.embeddings or config.adjudicate:
-            best = best_names(m_key, m["name"], m["count"], len(keys), names.values)
-            plan = core.DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
-            everything = np.arange(len(m_key))
-            first = plan.merge(text_fetcher(store, "mentions", advances["mentions"].files, m, everything)(plan.needed()), cut=False)
-            for i, k in enumerate(keys):
-                profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
-            texts = [profiles[k].text for k in keys]
-        chunk_hash = code_hashes(st.derived.get("chunk_rank"), chunks.values)
-        by_position = np.empty(len(chunk_hash), np.int64)
-        by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
-        fp = fingerprint_keys(keys, profiles, by_position, texts)
-        cache = st.derived.get("pairs") if cached else None
-        kept, rescore = split_rows(cache, fp)
-        # pairs whose names keep them below the borderline whatever the context stay settled too
-        beyond = hopeless(cache, config.borderline_threshold)
-        if beyond is not None and kept is not None:
-            present = pa.array(keys, pa.string())
-            beyond = beyond.filter(pc.and_(pc.is_in(beyond.column("a"), value_set=present), pc.is_in(beyond.column("b"), value_set=present)))
-            have, other = key_column(kept, ("a", "b")), key_column(beyond, ("a", "b"))
-            kept = pa.concat_tables([kept, beyond.filter(pc.invert(pc.is_in(other, value_set=have)))])
-        memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
-        reused = len(memo)
         candidates = candidates_from(st.derived.get("candidates") if cached else None, keys)
         known, bounded = bool(candidates), {}
+        with ThreadPoolExecutor(1, thread_name_prefix="resolve-candidates") as side:
+            # without embeddings the candidates depend on the keys alone: when the key set changed
+            # they are searched (faiss, numpy) in a thread while the profiles are made
+            search = side.submit(candidate_pairs, keys, config) if not known and not config.embeddings else None
+            profiles = core._profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
+            texts = None
+            if config.embeddings or config.adjudicate:
+                best = best_names(m_key, m["name"], m["count"], len(keys), names.values)
+                plan = core.DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
+                everything = np.arange(len(m_key))
+                first = plan.merge(text_fetcher(store, "mentions", advances["mentions"].files, m, everything)(plan.needed()), cut=False)
+                for i, k in enumerate(keys):
+                    profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
+                texts = [profiles[k].text for k in keys]
+            chunk_hash = code_hashes(st.derived.get("chunk_rank"), chunks.values)
+            by_position = np.empty(len(chunk_hash), np.int64)
+            by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
+            fp = fingerprint_keys(keys, profiles, by_position, texts)
+            cache = st.derived.get("pairs") if cached else None
+            kept, rescore = split_rows(cache, fp)
+            # pairs whose names keep them below the borderline whatever the context stay settled too
+            beyond = hopeless(cache, config.borderline_threshold)
+            if beyond is not None and kept is not None:
+                present = pa.array(keys, pa.string())
+                beyond = beyond.filter(pc.and_(pc.is_in(beyond.column("a"), value_set=present), pc.is_in(beyond.column("b"), value_set=present)))
+                have, other = key_column(kept, ("a", "b")), key_column(beyond, ("a", "b"))
+                kept = pa.concat_tables([kept, beyond.filter(pc.invert(pc.is_in(other, value_set=have)))])
+            memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
+            if search is not None:
+                candidates.update(search.result())
+        reused = len(memo)
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
                                           adjudicate if config.adjudicate else None, memo=memo, candidates=candidates,
                                           settled=settled_codes(kept, keys, config.borderline_threshold),
