@@ -578,3 +578,29 @@ def test_chunk_list_heads_from_codes_equal_the_lists_cut():
     assert got.column("chunk_ids").to_pylist() == [["c039"], [f"c{i:03d}" for i in range(LIST_ITEMS)]]
     assert _with_chunk_heads(pa.table({"entity_id": ["e0", "gone"]}), "entity", coded) is None
     assert _with_chunk_heads(pa.table({"source_id": ["e1"], "target_id": ["e2"]}), "relationship", coded) is None
+
+
+def test_an_update_checks_the_names_it_searches_and_their_hits_not_every_name(tmp_path, monkeypatch):
+    """Whether a name is long enough for synonym edges is asked of the names an update searches
+    and of their hits (a regex over all 41k names was 0.4 s of a 0.1% update at 145k chunks);
+    the edges are a fresh index's."""
+    from graphwright.stages.embed import synonyms
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus)
+    config = make_config(search_index=SYNONYMS)
+    run([corpus], tmp_path / "updated", config)
+    (corpus / "harbor.txt").write_text((corpus / "harbor.txt").read_text() + "\nCaptain Mara Voss later sold the Kestrel to Captain Mara Vossberg.\n")
+    checked, real = [], synonyms.named_enough
+    monkeypatch.setattr(synonyms, "named_enough", lambda name: checked.append(name) or real(name))
+    run([corpus], tmp_path / "updated", config)
+    entities = IndexStore(tmp_path / "updated").count("entities")
+    assert 0 < len(checked) < entities / 2, (len(checked), entities)
+    monkeypatch.undo()
+    run([corpus], tmp_path / "fresh", config)
+
+    def edges(index):
+        names = {r["entity_id"]: r["name"] for r in IndexStore(index).read("entities", columns=["entity_id", "name"]).to_pylist()}
+        return {(names[p["entity_id"]], names[p["other_id"]], p["similarity"]) for p in _synonyms(index)}
+
+    assert edges(tmp_path / "updated") == edges(tmp_path / "fresh") and edges(tmp_path / "fresh")

@@ -44,7 +44,13 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
     vi = load_index(store.files, name_index)
     live = [(p, i, h) for p, (i, h) in enumerate(zip(vi.ids, vi.text_hashes or [""] * len(vi.ids))) if i is not None]
     names = _names(store)
-    eligible = {i for i, n in names.items() if len(re.sub(r"[\W_]", "", n)) > 2}
+    checked: dict[str, bool] = {}
+
+    def eligible(i: str) -> bool:  # asked of the searched names and their hits, not of every name
+        if i not in checked:
+            checked[i] = i in names and named_enough(names[i])
+        return checked[i]
+
     now = {i: h for _, i, h in live}
     pairs: dict[tuple[str, str], float] = {}
     previous = _published(store)
@@ -56,7 +62,7 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
         for a, b, s in zip(*(old_pairs.column(c).to_pylist() for c in ("entity_id", "other_id", "similarity"))):
             if a in unchanged and b in unchanged:
                 pairs[(a, b)] = s
-    todo = [(p, i) for p, i, _ in live if i not in unchanged and i in eligible]
+    todo = [(p, i) for p, i, _ in live if i not in unchanged and eligible(i)]
     k = min(si.synonym_neighbours + 1, len(live))
     where = f"kind = '{NAME_KIND}' AND model = '{model}'"
     for start in range(0, len(todo), SEARCH_BATCH):
@@ -64,7 +70,7 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
         vectors = _query_vectors(store, vi, where, part)
         for (_, item), hits in zip(part, vi.search(vectors, k)):
             for other, score in hits:
-                if other != item and score >= si.synonym_threshold and other in eligible:
+                if other != item and score >= si.synonym_threshold and eligible(other):
                     key = (item, other) if item < other else (other, item)
                     pairs[key] = max(pairs.get(key, -1.0), round(score, 6))
     ordered = sorted(pairs.items())
@@ -75,6 +81,11 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
     store.files.write_bytes(covered_path(relative), _parquet(covered))
     store.files.write_bytes(relative, _parquet(table))  # last: its presence means both are complete
     return relative
+
+
+def named_enough(name: str) -> bool:
+    """Whether a name has more than two letters or digits (shorter ones make no synonym edges)."""
+    return len(re.sub(r"[\W_]", "", name)) > 2
 
 
 def _query_vectors(store: IndexStore, vi, where: str, part: list[tuple[int, str]]) -> np.ndarray:
