@@ -470,6 +470,25 @@ def test_row_token_counts_by_id_drop_the_rows_rewritten_since_and_another_row_fo
     assert row_tokens.RowTokens.load(store.files, store, "another format").by_id == {}
 
 
+def test_a_parents_child_reports_are_tokenized_in_one_batch_as_each_alone(server, corpus, tmp_path, monkeypatch):
+    """The child reports a request quotes are cut to their share with one tokenizer batch per
+    start, not one call per child; each text is child_text's."""
+    import graphwright.stages.report.llm as report_llm
+    from graphwright.stages.report.llm import child_text, child_texts
+
+    long = {"title": "Harbor", "summary": "word " * 400, "findings": json.dumps([{"summary": "a finding"}])}
+    short = {"title": "Mill", "summary": "A small mill.", "findings": "not json"}
+    assert child_texts({"a": long, "b": short}, 50) == {"a": child_text(long, 50), "b": child_text(short, 50)}
+    assert child_texts({"a": long}, 50)["a"].endswith(" …") and child_texts({"b": short}, 50)["b"] == child_text(short, 50)
+    batches, real = [], report_llm.whole_spans
+    monkeypatch.setattr(report_llm, "whole_spans", lambda texts: batches.append(len(texts)) or real(texts))
+    monkeypatch.setattr(report_llm, "truncate_tokens", lambda *a: pytest.fail("a child report tokenized alone"))
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    plans = plans_of(IndexStore(tmp_path / "index"), cfg)
+    assert sum(batches) == sum(len(p.children) for p in plans.values()) > 0
+
+
 def test_row_token_counts_from_another_tokenizer_are_not_used(tmp_path, monkeypatch):
     from graphwright.stages.report import row_tokens
     from graphwright.storage.location import IndexFiles

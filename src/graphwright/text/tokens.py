@@ -80,5 +80,9 @@ def count_tokens(texts: list[str]) -> list[int]:
 
 
 def truncate_tokens(text: str, limit: int) -> str:
-    spans = token_spans(text)
+    return truncate_at(text, token_spans(text), limit)
+
+
+def truncate_at(text: str, spans: list[tuple[int, int]], limit: int) -> str:
+    """`text` cut after its `limit`-th token (`spans`: its token_spans), marked with an ellipsis."""
     return text if len(spans) <= limit else text[: spans[limit - 1][1]] + " …"

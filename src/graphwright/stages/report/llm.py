@@ -24,7 +24,7 @@ from graphwright.engines.llm.interface import LLMRequest
 from graphwright.stages.extract.parse import ParseError, loads_lenient
 from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.stages.report.support import Lineage, Support
-from graphwright.text.tokens import count_tokens, truncate_tokens
+from graphwright.text.tokens import count_tokens, token_spans, truncate_at, truncate_tokens, whole_spans
 
 PROMPT_VERSION = "report-v1"
 TABLES = ("Entities", "Relationships", "Sources", "Reports")
@@ -282,9 +282,20 @@ def needed(plans: dict[str, Plan], targets: list[str]) -> set[str]:
 
 
 def child_text(report: dict, limit: int) -> str:
+    return truncate_tokens(_child_row(report), limit)
+
+
+def child_texts(reports: dict[str, dict], limit: int) -> dict[str, str]:
+    """child_text of each report, tokenized in one batch (the tokenizer spreads it over its
+    threads: a parent's children were tokenized one call each, 0.4-0.6 s of an update at 145k)."""
+    texts = {cid: _child_row(r) for cid, r in reports.items()}
+    spans = whole_spans(list(texts.values()))
+    return {cid: truncate_at(text, s if s is not None else token_spans(text), limit) for (cid, text), s in zip(texts.items(), spans)}
+
+
+def _child_row(report: dict) -> str:
     findings = [f.get("summary", "") for f in _findings(report.get("findings"))]
-    text = _clean(f"{report['title']}|{report['summary']}" + (" Findings: " + "; ".join(findings) if findings else ""))
-    return truncate_tokens(text, limit)
+    return _clean(f"{report['title']}|{report['summary']}" + (" Findings: " + "; ".join(findings) if findings else ""))
 
 
 def _findings(value) -> list[dict]:
@@ -295,8 +306,10 @@ def _findings(value) -> list[dict]:
     return [f for f in items or [] if isinstance(f, dict)]
 
 
-def report_request(plan: Plan, child_reports: dict[str, dict], config, llm) -> tuple[LLMRequest, dict[str, list[str]]]:
-    """The request, and per table the ids its rows are numbered by (row n = ids[n - 1])."""
+def report_request(plan: Plan, child_reports: dict[str, dict], config, llm,
+                   texts: dict[str, str] | None = None) -> tuple[LLMRequest, dict[str, list[str]]]:
+    """The request, and per table the ids its rows are numbered by (row n = ids[n - 1]);
+    `texts`: child_texts of (some of) its children, made beforehand."""
     refs = {
         "Entities": [e for e, _ in plan.entities],
         "Relationships": [r for r, _ in plan.relationships],
@@ -307,7 +320,7 @@ def report_request(plan: Plan, child_reports: dict[str, dict], config, llm) -> t
         ("Entities", "id|entity|type|description", [t for _, t in plan.entities]),
         ("Relationships", "id|source|target|description", [t for _, t in plan.relationships]),
         ("Reports", "id|title|summary (reports of sub-communities)",
-         [child_text(child_reports[k], config.child_report_tokens) for k in plan.children]),
+         [(texts or {}).get(k) or child_text(child_reports[k], config.child_report_tokens) for k in plan.children]),
         ("Sources", "id|text", [t for _, t in plan.chunks]),
     ]
     body = "\n\n".join(f"-----{name}-----\n{header}\n" + "\n".join(f"{i}|{row}" for i, row in enumerate(rows, 1))

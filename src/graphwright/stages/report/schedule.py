@@ -13,6 +13,7 @@ from graphwright.stages.extract.parse import ParseError
 from graphwright.stages.report.llm import (
     PROMPT_VERSION,
     Plan,
+    child_texts,
     generator,
     needed,
     parse_report,
@@ -74,6 +75,8 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
     def start(cids: list[str]) -> list[str]:
         """Fall back, look up or submit each ready community; returns those left for a lookup."""
         to_look = []
+        children = {k: rows[k] for cid in cids for k in plans[cid].children if rows[k]["generator"] == gen}
+        texts = child_texts(children, config.child_report_tokens)  # one tokenizer batch for the wave
         for cid in sorted(cids):
             waiting.discard(cid)
             plan = plans[cid]
@@ -81,7 +84,7 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
                 rows[cid] = _fallback(fallback, cid, rows, plan, "a sub-community report failed")
                 stats["failed"] += 1
                 continue
-            requests[cid] = report_request(plan, rows, config, llm)
+            requests[cid] = report_request(plan, rows, config, llm, texts)
             if any(k in fresh for k in plan.needs):  # a child written just now: the request is new
                 stream.submit(cid, requests[cid][0], _check(plan, requests[cid][1]))
             else:
