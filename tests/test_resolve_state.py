@@ -424,3 +424,54 @@ def test_an_update_whose_keys_changed_searches_the_candidates_while_it_makes_the
     assert details["incremental"] is True and details["candidates_reused"] is False
     monkeypatch.undo()
     _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
+
+
+def _reference_fingerprints(profiles, chunk_hash, texts=None) -> dict[str, int]:
+    """A hash of each key's KeyProfile, from the objects one by one (as before the arrays)."""
+    import numpy as np
+
+    from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
+
+    keys = list(profiles)
+    ordered = [profiles[k] for k in keys]
+    key_hash = stable_hashes(keys)
+
+    def sets(codes, item_hash):
+        owner = np.repeat(np.arange(len(codes)), [len(c) for c in codes])
+        flat = np.concatenate(codes) if codes else np.empty(0, np.int64)
+        return set_hashes(owner, item_hash[flat], len(codes))
+
+    parts = [key_hash, np.array([p.mentions for p in ordered], dtype=np.int64),
+             stable_hashes([repr(sorted(p.types.items())) for p in ordered]),
+             sets([p.chunks.codes for p in ordered], chunk_hash), sets([p.neighbours.codes for p in ordered], key_hash)]
+    if texts is not None:
+        parts.append(stable_hashes(texts))
+    return dict(zip(keys, mix(*parts).tolist()))
+
+
+def test_an_update_makes_the_profiles_of_the_keys_it_scores_not_every_keys(tmp_path, monkeypatch):
+    """Profiles are arrays; a key's KeyProfile is made when linking scores one of its pairs (an
+    update scores the pairs whose profiles changed). The fingerprints read from the arrays are
+    those of the profiles made one by one."""
+    import numpy as np
+
+    from graphwright.stages.resolve import core
+
+    made, real = [], core._profiles
+    monkeypatch.setattr(core, "_profiles", lambda *args: made.append(real(*args)) or made[-1])
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS | {f"x{i}": f"Clerk{i} Hale waited in Dunmore with Person{i} Quill." for i in range(12)})
+    made.clear()
+    summary = _index(src, index, DOCS | {f"x{i}": f"Clerk{i} Hale waited in Dunmore with Person{i} Quill." for i in range(12)}
+                     | {"d2": FRED})
+    assert _resolve_details(index, summary)["linking"]["incremental"] is True
+    profiles = made[-1]
+    assert 0 < profiles.made() < len(profiles) / 2, (profiles.made(), len(profiles))
+    chunk_hash = np.arange(int(profiles.chunk_codes.max()) + 1, dtype=np.int64) * 7919 + 13
+    assert profiles.fingerprints(chunk_hash, None) == _reference_fingerprints(profiles, chunk_hash)
+    texts = [f"text {k}" for k in profiles]
+    assert profiles.fingerprints(chunk_hash, texts) == _reference_fingerprints(profiles, chunk_hash, texts)
+    monkeypatch.undo()
+    _assert_equals_fresh(tmp_path, src, index, DOCS | {f"x{i}": f"Clerk{i} Hale waited in Dunmore with Person{i} Quill." for i in range(12)}
+                         | {"d2": FRED})

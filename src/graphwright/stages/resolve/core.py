@@ -42,7 +42,7 @@ from graphwright.stages.resolve.codes import (
 )
 from graphwright.stages.resolve.descriptions import DescriptionPlan, fetch_texts
 from graphwright.stages.resolve.linking import Adjudicator, canonical_key, link_keys
-from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
+from graphwright.stages.resolve.profiles import Profiles, key_profiles
 from graphwright.storage import contracts
 from graphwright.text.names import normalize_name, resolution_key
 from graphwright.util import memory
@@ -319,30 +319,9 @@ def _relationship_parts(scan: Scan | Callable, a: dict[str, np.ndarray], parts: 
         yield _conform(part, "relationships")
 
 
-def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt, keep) -> dict[str, KeyProfile]:
-    """What linking knows of each key: mentions, types, chunks (as codes) and related keys (from
-    the assertions `keep` marks)."""
-    profiles = {k: KeyProfile(k) for k in keys}
-    for k, n in zip(keys, np.bincount(m_key, weights=m_count, minlength=len(keys)).astype(np.int64).tolist()):
-        profiles[k].mentions = n
-    for k, t, n in zip(*(x.tolist() for x in group_sums(m_key, m_type, m_count, max(len(type_names), 1)))):
-        profiles[keys[k]].types[type_names[t]] = int(n)
-    width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
-    pairs = unique(m_key * width + m_chunk)
-    chunk_codes = (pairs % width).astype(np.int32)  # one array; each key's chunks are a slice of it
-    bounds = np.searchsorted(pairs // width, np.arange(len(keys) + 1)).tolist()
-    for i, k in enumerate(keys):
-        profiles[k].chunks = CodeSet(chunk_codes[bounds[i]:bounds[i + 1]])
-    k, step = len(keys), PART_ROWS
-    once = unique(np.concatenate([np.empty(0, np.int64)] + [  # each related pair once, a slice of assertions at a time
-        unique(np.minimum(s, t) * k + np.maximum(s, t)) for s, t in
-        ((src[o:o + step][keep[o:o + step]], tgt[o:o + step][keep[o:o + step]]) for o in range(0, len(src), step))]))
-    linked = unique(np.concatenate([once, (once % k) * k + once // k]))  # both directions
-    neighbour_codes = (linked % len(keys)).astype(np.int32)
-    bounds = np.searchsorted(linked // len(keys), np.arange(len(keys) + 1)).tolist()
-    for i, k in enumerate(keys):
-        profiles[k].code, profiles[k].neighbours = i, CodeSet(neighbour_codes[bounds[i]:bounds[i + 1]])
-    return profiles
+def _profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt, keep) -> Profiles:
+    """What linking knows of each key (stages.resolve.profiles), from the assertions `keep` marks."""
+    return key_profiles(keys, m_key, m_count, m_type, type_names, m_chunk, src, tgt, keep, PART_ROWS)
 
 
 def _types(m_entity, m_type, m_count, type_names: list[str], n: int) -> dict[str, pa.Array]:

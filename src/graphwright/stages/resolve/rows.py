@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from graphwright.stages.resolve import core
 from graphwright.stages.resolve.codes import best_names
-from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
+from graphwright.stages.resolve.pair_cache import mix, stable_hashes
 from graphwright.stages.resolve.state import Advance
 from graphwright.util.numeric import distinct_codes, distinct_lists, to_numpy
 
@@ -108,25 +108,14 @@ def code_hashes(previous: pa.Table | None, values: list[str]) -> np.ndarray:
     return np.concatenate([have, stable_hashes(values[len(have):])])
 
 
-def fingerprint_keys(keys: list[str], profiles: dict, chunk_hash: np.ndarray, texts: list[str] | None) -> dict[str, int]:
+def fingerprint_keys(keys: list[str], profiles, chunk_hash: np.ndarray, texts: list[str] | None) -> dict[str, int]:
     """Per key, a hash of everything its KeyProfile holds (pair_cache.profile_fingerprints), read
-    from the profiles' code arrays (the group-bys over all mentions are not done twice);
-    `chunk_hash`: the stable hash of each chunk code the profiles use."""
-    ordered = [profiles[k] for k in keys]
-    key_hash = stable_hashes(keys)
-
-    def sets(codes: list[np.ndarray], item_hash: np.ndarray) -> np.ndarray:
-        owner = np.repeat(np.arange(len(codes)), [len(c) for c in codes])
-        flat = np.concatenate(codes) if codes else np.empty(0, np.int64)
-        return set_hashes(owner, item_hash[flat], len(codes))
-
-    mentions = np.array([p.mentions for p in ordered], dtype=np.int64)
-    types = stable_hashes([repr(sorted(p.types.items())) for p in ordered])
-    parts = [key_hash, mentions, types, sets([p.chunks.codes for p in ordered], chunk_hash),
-             sets([p.neighbours.codes for p in ordered], key_hash)]
-    if texts is not None:
-        parts.append(stable_hashes(texts))
-    return dict(zip(keys, mix(*parts).tolist()))
+    from the profiles' arrays (stages.resolve.profiles: no KeyProfile is made, and the group-bys
+    over all mentions are not done twice); `chunk_hash`: the stable hash of each chunk code the
+    profiles use."""
+    if list(profiles) != list(keys):
+        raise ValueError("fingerprints are of the profiles' own keys, in their order")
+    return profiles.fingerprints(chunk_hash, texts)
 
 
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
