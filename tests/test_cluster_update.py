@@ -268,3 +268,28 @@ def test_a_refresh_check_made_after_the_levels_gives_the_levels_of_the_check_mad
 
 def _listed(levels):
     return [[(m.tolist(), p) for m, p in level] for level in levels]
+
+
+def test_the_previous_levels_sort_every_communitys_members_in_one_sort(monkeypatch):
+    """previous_levels: members in current positions, sorted, those that left dropped, parents by
+    index; every community's members sorted together, not one sort each."""
+    from graphwright.stages.cluster import incremental
+
+    rng = np.random.default_rng(5)
+    entity_ids = [f"e{i:03d}" for i in range(60)]
+    rows, expected = [], []
+    for level, count in ((0, 4), (1, 9)):
+        for c in range(count):
+            members = [f"e{i:03d}" for i in rng.choice(70, size=int(rng.integers(0, 12)), replace=False)]  # e060+: gone
+            parent = f"c0-{c % 4}" if level else None
+            rows.append({"community_id": f"c{level}-{c}", "level": level, "parent_id": parent, "entity_ids": members})
+            expected.append((level, sorted(entity_ids.index(m) for m in members if m in entity_ids), parent and int(parent[-1])))
+    table = pa.Table.from_pylist(rows[::-1])
+    sorts, real = [], np.sort
+    monkeypatch.setattr(np, "sort", lambda a, *args, **kw: sorts.append(len(a)) or real(a, *args, **kw))
+    levels = incremental.previous_levels(table, entity_ids)
+    monkeypatch.undo()
+    assert len(sorts) <= 1
+    got = [(level, m.tolist(), p) for level, items in enumerate(levels) for m, p, _ in items]
+    assert got == [(level, m, p) for level, m, p in expected]
+    assert [cid for items in levels for _, _, cid in items] == [r["community_id"] for r in rows]

@@ -90,12 +90,18 @@ def previous_levels(previous: pa.Table, entity_ids: list[str]) -> list[list[tupl
     members = rows.column("entity_ids").combine_chunks()
     flat = to_numpy(pc.fill_null(pc.index_in(pc.list_flatten(members), value_set=position), -1), np.int64)
     offsets = to_numpy(members.offsets, np.int64)
+    # every community's members sorted at once: (row, position) in one key (one sort per
+    # community was 0.3-0.4 s of an update at 145k chunks)
+    width = len(entity_ids) + 1
+    row = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    ordered = np.sort(row[flat >= 0] * width + flat[flat >= 0])
+    bounds = np.searchsorted(ordered // width, np.arange(len(offsets))).tolist()
+    ordered %= width
     for r, (cid, level, parent) in enumerate(zip(*(rows.column(c).to_pylist() for c in ("community_id", "level", "parent_id")))):
         while len(levels) <= level:
             levels.append([])
-        m = flat[offsets[r]:offsets[r + 1]]
         index_of[cid] = (level, len(levels[level]))
-        levels[level].append((np.sort(m[m >= 0]), parent, cid))
+        levels[level].append((ordered[bounds[r]:bounds[r + 1]].copy(), parent, cid))
     return [[(m, None if p is None else index_of[p][1], cid) for m, p, cid in level] for level in levels]
 
 
