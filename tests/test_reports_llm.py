@@ -468,6 +468,18 @@ def test_row_token_counts_by_id_drop_the_rows_rewritten_since_and_another_row_fo
     again = row_tokens.RowTokens.load(store.files, store, row_format())
     assert first not in again.of_ids("entities", set(ids)) and len(again.of_ids("entities", set(ids))) == len(ids) - 1
     assert row_tokens.RowTokens.load(store.files, store, "another format").by_id == {}
+    # a file whose versions are not versions (damaged, or hand-edited) is not used, and no run fails on it
+    import io
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(store.files.read_bytes(row_tokens.BY_ID_PATH)))
+    for versions in (b"{not json", b'["a list"]', b'{"entities": "7", "relationships": true}'):
+        damaged = table.replace_schema_metadata({**table.schema.metadata, b"versions": versions})
+        sink = io.BytesIO()
+        pq.write_table(damaged, sink)
+        store.files.write_bytes(row_tokens.BY_ID_PATH, sink.getvalue())
+        assert row_tokens.RowTokens.load(store.files, store, row_format()).by_id == {}
 
 
 def test_a_parents_child_reports_are_tokenized_in_one_batch_as_each_alone(server, corpus, tmp_path, monkeypatch):

@@ -145,10 +145,16 @@ def _unchanged_by_id(files, store, row_format: str) -> dict[str, pa.Table]:
     meta = stored.schema.metadata or {}
     if meta.get(b"tokenizer", b"").decode() != _tokenizer_version() or meta.get(b"row_format", b"").decode() != row_format:
         return {}
-    versions = json.loads(meta.get(b"versions", b"{}"))
+    try:
+        versions = json.loads(meta.get(b"versions", b"{}"))
+    except ValueError:
+        return {}
     out = {}
     for table, key in KEYS.items():
-        changes = changes_since(store, table, versions.get(table), key, [key])
+        since = versions.get(table) if isinstance(versions, dict) else None
+        if not isinstance(since, int) or isinstance(since, bool):
+            continue  # not a version this file could have been written with: counts by text
+        changes = changes_since(store, table, since, key, [key])
         if changes is None:
             continue
         rows = stored.filter(pc.equal(stored.column("table"), table)).select(["row_id", "tokens"])
