@@ -475,3 +475,25 @@ def test_an_update_makes_the_profiles_of_the_keys_it_scores_not_every_keys(tmp_p
     monkeypatch.undo()
     _assert_equals_fresh(tmp_path, src, index, DOCS | {f"x{i}": f"Clerk{i} Hale waited in Dunmore with Person{i} Quill." for i in range(12)}
                          | {"d2": FRED})
+
+
+def test_an_update_with_name_embeddings_reads_the_profile_texts_from_the_rows_the_plan_names(tmp_path, monkeypatch):
+    """With resolve.embeddings, a key's profile text (best name and descriptions) comes from the
+    rows its description plan names, as the entity rows' texts do: no search among all mentions
+    for a row holding each description."""
+    from graphwright.stages.resolve import texts
+
+    config = CONFIG.model_copy(update={"resolve": CONFIG.resolve.model_copy(update={"embeddings": True})})
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _write(src, DOCS)
+    run_index([str(src)], index, config, show_progress=False, log=lambda m: None)
+    monkeypatch.setattr(texts, "first_index", lambda *a: pytest.fail("a search for the rows holding the texts"))
+    _write(src, DOCS | {"d2": FRED})
+    summary = run_index([str(src)], index, config, show_progress=False, log=lambda m: None)
+    assert _resolve_details(index, summary)["linking"]["incremental"] is True
+    monkeypatch.undo()
+    fresh = tmp_path / "fresh"
+    run_index([str(src)], fresh, config, show_progress=False, log=lambda m: None)
+    for table in OUTPUTS:
+        assert _rows(index, table) == _rows(fresh, table), table

@@ -56,7 +56,8 @@ def execute(run, m: dict) -> dict:
     from graphwright.stages.report.llm import row_format
 
     # an update tokenizes only the rows whose text is new, and looks up by id those no commit rewrote
-    known = RowTokens.load(store.files, store, row_format())
+    row_text = row_format()
+    known = RowTokens.load(store.files, store, row_text)
     versions = {t: store.version(t) for t in ("entities", "relationships")}  # what planning reads
     gen = generator_of(run.config.llm)
     to_plan, fixed, untouched = row_dicts(communities), {}, []
@@ -67,7 +68,7 @@ def execute(run, m: dict) -> dict:
             to_plan, fixed, untouched = _fixed_plans(to_plan, stale, previous_rows, gen)
     m["reports_planned"] = len(to_plan) - len(fixed)
     llm_reports = LLMReports(store, cfg, run.config.llm, to_plan, engine=run.llm.engine, known=known, fixed=fixed)
-    known.save(store.files, keep=bool(fixed or untouched), versions=versions, row_format=row_format())
+    known.save(store.files, keep=bool(fixed or untouched), versions=versions, row_format=row_text)
     m["row_tokens_counted"] = known.counted
     current = {cid: p.input_hash for cid, p in llm_reports.plans.items()}
     if cfg.mode == "lazy":

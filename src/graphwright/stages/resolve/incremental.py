@@ -43,7 +43,6 @@ from graphwright.stages.resolve.rows import (
     build_entities,
     chunk_ranks,
     code_hashes,
-    fingerprint_keys,
     net_change,
     order_kept,
     used_codes,
@@ -132,15 +131,15 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             if config.embeddings or config.adjudicate:
                 best = best_names(m_key, m["name"], m["count"], len(keys), names.values)
                 plan = core.DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
-                everything = np.arange(len(m_key))
-                first = plan.merge(text_fetcher(store, "mentions", advances["mentions"].files, m, everything)(plan.needed()), cut=False)
+                fetch = text_fetcher(store, "mentions", advances["mentions"].files, m, None)
+                first = plan.merge(fetch(plan.needed(), plan.needed_at()), cut=False)  # the plan says where, as below
                 for i, k in enumerate(keys):
                     profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
                 texts = [profiles[k].text for k in keys]
             chunk_hash = code_hashes(st.derived.get("chunk_rank"), chunks.values)
             by_position = np.empty(len(chunk_hash), np.int64)
             by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
-            fp = fingerprint_keys(keys, profiles, by_position, texts)
+            fp = profiles.fingerprints(by_position, texts)  # of every key, from the profiles' arrays
             cache = st.derived.get("pairs") if cached else None
             kept, rescore = split_rows(cache, fp)
             # pairs whose names keep them below the borderline whatever the context stay settled too

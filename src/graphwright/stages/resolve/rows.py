@@ -1,5 +1,5 @@
 """Resolve from coded rows (plain functions for stages.resolve.incremental): the rows an update
-changed, chunk ranks, key fingerprints, and the entity rows of chosen entities (their description
+changed, chunk ranks, and the entity rows of chosen entities (their description
 texts come from stages.resolve.texts)."""
 
 from __future__ import annotations
@@ -106,16 +106,6 @@ def code_hashes(previous: pa.Table | None, values: list[str]) -> np.ndarray:
         if len(have) > len(values) or (len(have) and stable_hashes([values[len(have) - 1]])[0] != have[-1]):
             have = np.empty(0, np.int64)  # not this dictionary's
     return np.concatenate([have, stable_hashes(values[len(have):])])
-
-
-def fingerprint_keys(keys: list[str], profiles, chunk_hash: np.ndarray, texts: list[str] | None) -> dict[str, int]:
-    """Per key, a hash of everything its KeyProfile holds (pair_cache.profile_fingerprints), read
-    from the profiles' arrays (stages.resolve.profiles: no KeyProfile is made, and the group-bys
-    over all mentions are not done twice); `chunk_hash`: the stable hash of each chunk code the
-    profiles use."""
-    if list(profiles) != list(keys):
-        raise ValueError("fingerprints are of the profiles' own keys, in their order")
-    return profiles.fingerprints(chunk_hash, texts)
 
 
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,
