@@ -72,6 +72,26 @@ def test_concurrent_requests_keep_their_order(server):
     assert [f"Number{i}" in r.text for i, r in enumerate(out)] == [True] * 12
 
 
+def test_lenient_parsing_repairs_only_what_the_decoder_refuses(monkeypatch):
+    """A well-formed answer (nearly every one) is decoded as it is: the character-by-character
+    scan for a cut-off tail runs only after the decoder refused the answer and its commas
+    mended, and only an answer whose tail it closed counts as truncated."""
+    from graphwright.stages.extract import parse
+
+    scanned = []
+    real = parse._close_truncated
+    monkeypatch.setattr(parse, "_close_truncated", lambda text: scanned.append(text) or real(text))
+    notes: dict = {}
+    assert loads_lenient('Sure. {"entities": [{"name": "A"}], "relationships": []} Hope this helps', notes) == {
+        "entities": [{"name": "A"}], "relationships": []}
+    assert loads_lenient('{"a": [1, 2,],}', notes) == {"a": [1, 2]}
+    assert scanned == [] and notes == {}
+    assert loads_lenient("{'a': 'b'}", notes) == {"a": "b"}  # quotes mended: not a cut-off answer
+    assert len(scanned) == 1 and notes == {}
+    assert loads_lenient('{"entities": [{"name": "A"}, {"na', notes) == {"entities": [{"name": "A"}]}
+    assert len(scanned) == 2 and notes == {"truncated": 1}
+
+
 def test_lenient_parsing_repairs_usual_defects():
     assert loads_lenient('Here you go:\n```json\n{"a": [1, 2,],}\n```') == {"a": [1, 2]}
     # a cut-off answer keeps its complete fields; parse_extraction then fills what is missing

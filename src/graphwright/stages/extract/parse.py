@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 
 from graphwright.stages.extract.validate import finite, is_name
 from graphwright.text.safe import clean_text
@@ -66,16 +67,12 @@ def loads_lenient(text, notes: dict | None = None) -> object:
     if start < 0:
         raise ParseError(f"no JSON object in answer: {text[:80]!r}")
     body = body[start:]
-    attempts = [body, _TRAILING_COMMA.sub(r"\1", body)]
-    attempts.append(_close_truncated(attempts[-1]))
-    attempts.append(_TRAILING_COMMA.sub(r"\1", attempts[-1]))
-    attempts.append(attempts[-1].replace("'", '"'))
     decoder = json.JSONDecoder()
     last = None
-    for n, candidate in enumerate(attempts):
+    for candidate, closed in _repairs(body):
         try:
             value, _ = decoder.raw_decode(candidate)
-            if n >= 2 and notes is not None and candidate != attempts[1]:  # closed after a cut
+            if closed and notes is not None:
                 notes["truncated"] = notes.get("truncated", 0) + 1
             return value
         except json.JSONDecodeError as exc:
@@ -83,6 +80,23 @@ def loads_lenient(text, notes: dict | None = None) -> object:
         except RecursionError:
             raise ParseError("JSON nested too deeply") from None
     raise ParseError(f"unparseable JSON ({last}): {text[:80]!r}")
+
+
+def _repairs(body: str) -> Iterator[tuple[str, bool]]:
+    """(`body`, then each repair on top of the one before: trailing commas dropped, a cut-off tail
+    closed, single quotes made double; whether a cut-off tail was closed). Made one at a time, as
+    the decoder refuses the one before: a well-formed answer (nearly every one) is decoded once,
+    not first scanned character by character for open brackets (1.1 s of py-spy samples in a 1%
+    update at 145k chunks)."""
+    yield body, False
+    uncut = _TRAILING_COMMA.sub(r"\1", body)
+    yield uncut, False
+    candidate = _close_truncated(uncut)
+    closed = candidate != uncut
+    yield candidate, closed
+    candidate = _TRAILING_COMMA.sub(r"\1", candidate)
+    yield candidate, closed
+    yield candidate.replace("'", '"'), closed
 
 
 def _text(value) -> str:
