@@ -194,6 +194,36 @@ class _Clock:
     now = 0.0
 
 
+class _SlowFirstCall:
+    """A batch function whose first call loads something (0.5 s on a fake clock), as the chunker's
+    first call loads the tokenizer; each call after it takes 0.01 s a row."""
+
+    def __init__(self, *args):
+        self.loaded = False
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        _Clock.now += 0.01 * batch.num_rows + (0 if self.loaded else 0.5)
+        self.loaded = True
+        return batch
+
+
+def test_a_load_on_the_first_batch_does_not_send_the_work_to_the_executor(tmp_path, monkeypatch):
+    """40 batches of 0.03 s fit a 2 s budget: the first batch's 0.5 s load is paid once, not
+    projected onto the 39 batches after it (20 s), which sent an update's chunking to Ray."""
+    from graphwright.pipeline import context
+    from graphwright.pipeline.progress import StageProgress
+    from graphwright.storage.delta import IndexStore
+
+    executor = _CountingExecutor()
+    monkeypatch.setattr(context, "make_executor", lambda cfg, **kw: executor)
+    monkeypatch.setattr(context.time, "perf_counter", lambda: _Clock.now)
+    cfg = load_config(None, {"execution": {"executor": "ray", "inline_batches": 0, "inline_seconds": 2}})
+    run = context.Run(IndexStore(tmp_path / "index"), cfg, "r", StageProgress(False), lambda m: None)
+    out = list(run.map_batches("t", pa.table({"x": list(range(120))}), BatchStage("t", _SlowFirstCall, (), batch_size=3)))
+    assert pa.concat_tables(out).num_rows == 120
+    assert run.inlined["t"] == 120 and executor.rows == []
+
+
 class _TimedByLength:
     """A batch function whose run time (on a fake clock) is the length of its rows' texts."""
 
@@ -207,11 +237,12 @@ class _TimedByLength:
         return batch
 
 
-@pytest.mark.parametrize(("weight", "in_driver"), [(None, 9), ("text", 3)])
+@pytest.mark.parametrize(("weight", "in_driver"), [(None, 9), ("text", 6)])
 def test_the_driver_projects_the_rest_by_the_rows_weight(tmp_path, monkeypatch, weight, in_driver):
     """Rows sorted by length (the embed stage sorts them so): projected by rows, the short ones
     first make the rest look cheap and the driver overruns its budget; by text length it hands
-    over after the first batch. In the driver the function is built with `driver_args`."""
+    over after the second batch (the first one's time counts as a warm-up, as a model load
+    would). In the driver the function is built with `driver_args`."""
     from graphwright.pipeline import context
     from graphwright.pipeline.progress import StageProgress
     from graphwright.storage.delta import IndexStore
