@@ -171,9 +171,10 @@ class Run:
         Small work runs in the driver: starting Ray and an actor pool costs seconds that a few
         batches do not repay. Work of at most execution.inline_batches batches always does; past
         that, batches run in the driver while the time spent there plus the time the rest would
-        take at the rate measured so far stays within execution.inline_seconds, and the rest goes
-        to the executor once it would not. The driver so spends at most inline_seconds before
-        handing over (a ski-rental bound: never much worse than choosing right up front). A stage
+        take at the rate measured so far (on the batches after the first, a warm-up) stays within
+        execution.inline_seconds, and the rest goes to the executor once it would not. The driver
+        so spends at most inline_seconds (and a batch) before handing over (a ski-rental bound:
+        never much worse than choosing right up front). A stage
         whose actors would run no more threads than its function runs in the driver stays there
         (BatchStage.executor_gains), unless inline_seconds is 0."""
         if not table.num_rows:
