@@ -174,9 +174,9 @@ class Run:
         take at the rate measured so far (on the batches after the first, a warm-up) stays within
         execution.inline_seconds, and the rest goes to the executor once it would not. The driver
         so spends at most inline_seconds (and a batch) before handing over (a ski-rental bound:
-        never much worse than choosing right up front). A stage
-        whose actors would run no more threads than its function runs in the driver stays there
-        (BatchStage.executor_gains), unless inline_seconds is 0."""
+        never much worse than choosing right up front). A stage whose actors would run no more
+        threads than its function runs in the driver stays there (BatchStage.executor_gains),
+        unless inline_seconds is 0."""
         if not table.num_rows:
             return
         execution = self.config.execution
@@ -218,19 +218,19 @@ class Run:
         if budget_s is not None:
             work = (np.cumsum(to_numpy(pc.utf8_length(table.column(stage.weight)).fill_null(0), np.int64) + 1)
                     if stage.weight else np.arange(1, table.num_rows + 1))
-        first_done = 0
+            warm_up = work[min(stage.batch_size, table.num_rows) - 1]  # the first batch's work
         for offset in range(0, table.num_rows, stage.batch_size):
             started = time.perf_counter()
             batch = fn(table.slice(offset, stage.batch_size))
-            done = min(offset + stage.batch_size, table.num_rows)
+            elapsed = time.perf_counter() - started
             if offset:
-                spent += time.perf_counter() - started
+                spent += elapsed
             else:
-                once += time.perf_counter() - started
-                first_done = done
+                once += elapsed
+            done = min(offset + stage.batch_size, table.num_rows)
             yield batch, done
             if budget_s is not None and done < table.num_rows:
-                rest = spent / (work[done - 1] - work[first_done - 1]) * (work[-1] - work[done - 1]) if offset else 0.0
+                rest = spent / (work[done - 1] - warm_up) * (work[-1] - work[done - 1]) if offset else 0.0
                 if once + spent + rest > budget_s:
                     return
 

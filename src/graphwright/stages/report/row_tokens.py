@@ -149,9 +149,11 @@ def _unchanged_by_id(files, store, row_format: str) -> dict[str, pa.Table]:
         versions = json.loads(meta.get(b"versions", b"{}"))
     except ValueError:
         return {}
+    if not isinstance(versions, dict):
+        return {}
     out = {}
     for table, key in KEYS.items():
-        since = versions.get(table) if isinstance(versions, dict) else None
+        since = versions.get(table)
         if not isinstance(since, int) or isinstance(since, bool):
             continue  # not a version this file could have been written with: counts by text
         changes = changes_since(store, table, since, key, [key])
