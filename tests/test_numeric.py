@@ -118,3 +118,28 @@ def test_spans_are_each_start_counted_up_its_length_one_after_the_other():
     starts, lengths = np.array([5, 0, 9, 2]), np.array([3, 0, 1, 2])
     assert spans(starts, lengths).tolist() == [s + i for s, n in zip(starts, lengths) for i in range(n)] == [5, 6, 7, 9, 2, 3]
     assert spans(np.zeros(0, np.int64), np.zeros(0, np.int64)).tolist() == []
+
+
+def test_chunk_counts_per_level_come_from_items_put_in_order_of_chunk_once(monkeypatch):
+    """A community's n_chunks is the distinct chunks of its members. The lineage items are put in
+    order of chunk once; each level then sorts keys that are in order but for short runs, where
+    sorting the unordered keys of every level took 0.55-0.97 s a level at 1.2M chunks."""
+    from graphwright.stages.cluster.communities import ChunkLists
+    from graphwright.util.numeric import distinct_counts_by_code
+
+    rng = np.random.default_rng(5)
+    n_entities, n_chunks = 300, 2_000
+    pairs = np.unique(rng.integers(0, n_entities, 20_000) * n_chunks + rng.integers(0, n_chunks, 20_000))
+    lists = ChunkLists((pairs // n_chunks).astype(np.int32), (pairs % n_chunks).astype(np.int32),
+                       pa.array([f"c{i}" for i in range(n_chunks)]))
+    sorts = []
+    argsort = np.argsort
+    monkeypatch.setattr(np, "argsort", lambda *a, **k: sorts.append(1) or argsort(*a, **k))
+    for n_groups in (1, 7, 60, 300):
+        label = rng.integers(-1, n_groups, n_entities)  # -1: an entity in no counted community
+        expected = [len({c for o, c in zip(lists.owner.tolist(), lists.codes.tolist()) if label[o] == g}) for g in range(n_groups)]
+        assert lists.counts(label, n_groups).tolist() == expected
+    assert len(sorts) == 1
+    assert distinct_counts_by_code(np.array([0, 1, 0]), np.array([4, 4, 4]), 2).tolist() == [1, 1]
+    assert distinct_counts_by_code(np.array([-1]), np.array([0]), 3).tolist() == [0, 0, 0]
+    assert distinct_counts_by_code(np.empty(0, np.int64), np.empty(0, np.int64), 0).tolist() == []

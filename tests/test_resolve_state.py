@@ -74,6 +74,10 @@ def test_updates_that_merge_and_split_equal_a_fresh_resolve(tmp_path):
     details = _resolve_details(updated, summary)
     assert details["linking"]["incremental"] is True
     assert details["linking"]["entities_rebuilt"] < details["entities"]  # d3/d4's people untouched
+    # where the update's time went, step by step, in stage_metrics
+    seconds = details["linking"]["seconds"]
+    assert {"state_s", "codes_s", "link_s", "lineage_s", "entities_s", "write_s", "save_state_s"} <= set(seconds)
+    assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
     split = _entity_of(updated)
     assert split["Scrooge"] != split["Ebenezer Scrooge"]
     _assert_equals_fresh(tmp_path, src, updated, DOCS | {"d2": FRED})

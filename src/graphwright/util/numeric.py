@@ -53,12 +53,20 @@ def distinct_lists(group: np.ndarray, codes: np.ndarray, values: pa.Array, n_gro
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(pairs % width)))
 
 
-def distinct_counts(group: np.ndarray, codes: np.ndarray, width: int, n_groups: int) -> np.ndarray:
-    """Per group 0..n_groups-1, how many distinct codes (0..width-1) its rows carry (a row of
-    group -1 belongs to none): distinct_lists' lengths, without building the lists."""
+def distinct_counts_by_code(group: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group 0..n_groups-1, how many distinct codes its rows carry (a row of group -1 belongs
+    to none), for rows already in order of `codes`: the keys code * n_groups + group are then
+    sorted but for short runs (the groups of one code), which a stable sort (timsort) merges in
+    about one pass. 7.5M lineage items in 11 to 3,674 groups: 0.14-0.16 s, where sorting the
+    keys group * width + code of unordered rows took 0.55-0.97 s (synthetic lineage, this host)."""
     keep = group >= 0
-    pairs = unique(group[keep] * max(width, 1) + codes[keep])
-    return np.bincount(pairs // max(width, 1), minlength=n_groups)[:n_groups] if n_groups else np.zeros(0, np.int64)
+    if not keep.all():
+        group, codes = group[keep], codes[keep]
+    if not n_groups or not len(group):
+        return np.zeros(n_groups, np.int64)
+    keys = np.sort(np.asarray(codes, np.int64) * n_groups + group, kind="stable")
+    firsts = keys[np.r_[True, keys[1:] != keys[:-1]]]
+    return np.bincount(firsts % n_groups, minlength=n_groups)[:n_groups]
 
 
 def grouped_order(group: np.ndarray) -> np.ndarray:

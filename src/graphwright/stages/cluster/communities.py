@@ -6,8 +6,9 @@ previous table gives the warm start."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -18,7 +19,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.hierarchy import hierarchical_leiden
 from graphwright.storage import contracts
-from graphwright.util.numeric import distinct_counts, distinct_lists, in_runs, sorted_codes, to_numpy
+from graphwright.util.numeric import distinct_counts_by_code, distinct_lists, in_runs, sorted_codes, to_numpy
 
 
 def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray:
@@ -74,6 +75,8 @@ class ChunkLists:
     owner: np.ndarray
     codes: np.ndarray
     names: pa.Array
+    _ordered: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, entities: pa.Table, entity_ids: list[str]) -> ChunkLists:
@@ -122,8 +125,17 @@ class ChunkLists:
 
     def counts(self, label: np.ndarray, n_groups: int) -> np.ndarray:
         """Per group 0..n_groups-1 of entities (`label` per entity position, -1 for none), the
-        distinct chunks its entities are mentioned in."""
-        return distinct_counts(label[self.owner], self.codes, len(self.names), n_groups)
+        distinct chunks its entities are mentioned in. The items are put in order of chunk once,
+        for every level's count (distinct_counts_by_code)."""
+        owner, codes = self._by_code()
+        return distinct_counts_by_code(label[owner], codes, n_groups)
+
+    def _by_code(self) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:  # the levels are counted two at a time
+            if self._ordered is None:
+                order = np.argsort(self.codes, kind="stable")
+                self._ordered = self.owner[order], self.codes[order]
+            return self._ordered
 
 
 def cluster_parts(entities: pa.Table, relationships: pa.Table, config: ClusterConfig, engine=None,

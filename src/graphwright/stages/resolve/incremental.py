@@ -52,6 +52,7 @@ from graphwright.storage import contracts, lineage
 from graphwright.storage.diff import key_column
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
+from graphwright.util.laps import Laps
 from graphwright.util.numeric import distinct_codes, to_numpy, unique
 
 OUTPUTS = ("entities", "entity_aliases", "relationships")
@@ -75,6 +76,7 @@ class Update:
 def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjudicate=None,
                    overflow: dict | None = None, link_stats: dict | None = None) -> Update:
     files = store.files
+    laps = Laps()
     fingerprint = state.fingerprint(extractor, config.method)
     config_id = ids.stable_id("resolve-config", config.model_dump_json())
     outputs_now = {t: store.version(t) for t in OUTPUTS}
@@ -90,6 +92,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     st = st or state.ResolveState.empty(fingerprint, config.method)
     sizes = {k: len(d.values) for k, d in st.dictionaries.items()}
     advances = state.advance_both(store, files, st, extractor)
+    laps.lap("state_s")
     net_m = net_change(advances["mentions"], ("name", "type", "chunk_id", "doc_id", "count", "description", "length"))
     net_a = net_change(advances["assertions"], ("source", "target", "chunk_id", "doc_id", "weight", "description", "length"))
     m, a = dict(advances["mentions"].current.arrays), dict(advances["assertions"].current.arrays)
@@ -108,6 +111,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     if base and not order_kept(st.derived["chunk_rank"], rank_by_code, chunk_used):
         base = False  # chunks changed places in the corpus: descriptions may reorder anywhere
     memory.release()
+    laps.lap("codes_s")
 
     key_of_code = names.keys
     keys = sorted(set(key_of_code[distinct_codes(m["name"], len(key_of_code))].tolist()))
@@ -163,6 +167,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)
         del profiles
         memory.release()
+    laps.lap("link_s")
     canonical, entity_keys, entity_ids, position, entity_of_key, id_rank = core.key_entities(keys, label, m_key, m["count"])
     n_entities = len(entity_keys)
     m_entity = entity_of_key[m_key] if len(m_key) else m_key
@@ -176,6 +181,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     # embed read it instead of the lists (storage.lineage)
     coded = lineage.build(chunk_names, entity_ids, id_rank, m_entity, m["chunk_id"], pairs, a_pair, a["chunk_id"][sup_rows])
 
+    laps.lap("lineage_s")
     old_keys = st.derived.get("keys") if base else None
     old_entities = st.derived.get("entities") if base else None
     if base:
@@ -202,10 +208,12 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     else:
         dirty_entity = np.ones(n_entities, dtype=bool)
     chosen = np.flatnonzero(dirty_entity)
+    laps.lap("dirty_entities_s")
     entities, chosen_names = build_entities(chosen, m, m_entity, n_entities, names, type_names, doc_names,
                                             rank, degree, entity_ids, entity_keys, config, overflow, coded.entity_chunk_ids(id_rank[chosen]),
                                             text_fetcher(store, "mentions", advances["mentions"].files, m, None),  # the plans say where
                                             core.UPDATE_PLAN_BYTES if base else 0)
+    laps.lap("entities_s")
     if base:
         previous_names = old_entities.column("name").to_pylist()
         entity_names = np.array([previous_names[j] if j >= 0 else "" for j in old_at.tolist()], dtype=object)
@@ -227,6 +235,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     else:
         dirty_pair, removed_rel, removed_ent = np.ones(len(pairs), dtype=bool), pa.array([], pa.string()), pa.array([], pa.string())
     chosen_pairs = np.flatnonzero(dirty_pair)
+    laps.lap("aliases_dirty_relationships_s")
     local = np.full(len(pairs), -1, dtype=np.int64)
     local[chosen_pairs] = np.arange(len(chosen_pairs))
     keep = dirty_pair[a_pair] if len(a_pair) else np.zeros(0, bool)
@@ -238,7 +247,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     parts = core._relationship_parts(fetch, {c: a[c] for c in ("weight", "chunk_id", "doc_id")}, rel_parts, endpoints,
                                      chunk_names, doc_names, overflow,
                                      lambda first, k: coded.relationship_chunk_ids(chosen_pairs[first:first + k]))
-    stats.update(entities_rebuilt=len(chosen), relationships_rebuilt=len(chosen_pairs), incremental=bool(base),
+    laps.lap("relationship_plans_s")
+    stats.update(seconds=laps.seconds, entities_rebuilt=len(chosen), relationships_rebuilt=len(chosen_pairs), incremental=bool(base),
                  mentions_changed=len(net_m["name"]), assertions_changed=len(net_a["source"]),
                  mentions_total=len(m["name"]))
     if link_stats is not None:

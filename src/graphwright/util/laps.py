@@ -1,0 +1,18 @@
+"""Seconds per step of a long function, for its stage's metrics (stage_metrics.details)."""
+
+from __future__ import annotations
+
+import time
+
+
+class Laps:
+    """`lap(name)` adds the seconds since the previous lap (or the start) to `seconds[name]`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._last, 3)
+        self._last = now
