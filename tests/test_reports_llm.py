@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from _helpers import CORPUS, assert_valid, make_config, run, run_stage_details
@@ -291,6 +292,39 @@ def test_candidate_chunks_rank_by_support_then_id_as_a_full_sort_does():
         assert coded.top(community, n) == [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
     assert coded.distinct(list(ent)) == len({c for row in ent.values() for c in row["chunk_ids"]})
     assert coded.top({"entity_ids": [], "relationship_ids": []}, 5) == [] and coded.distinct([]) == 0
+
+
+def test_a_hub_communitys_candidate_chunks_are_counted_in_place_and_rank_as_a_sort_does(monkeypatch):
+    """A community holding a hub has hundreds of thousands of items among 1.2M chunks: they are
+    counted with a bincount, not sorted; a small community's few items are sorted. Both rank alike."""
+    import random
+
+    from graphwright.stages.report import support as support_module
+    from graphwright.stages.report.support import Support
+
+    rng = random.Random(3)
+    chunks = [f"c{i:04d}" for i in range(1_000)]
+    ent = {f"e{i}": {"chunk_ids": sorted(set(rng.choices(chunks[:60], k=40)))} for i in range(20)}  # hubs of a few chunks
+    ent["small"] = {"chunk_ids": chunks[500:510]}
+    rel = {"r": {"chunk_ids": chunks[:999]}}  # lists every chunk but the last: 1,000 names
+    coded = Support.of_lists({k: v["chunk_ids"] for k, v in ent.items()}, {k: v["chunk_ids"] for k, v in rel.items()})
+
+    def expected(community, n):
+        support: dict[str, int] = {}
+        for row in [rel[r] for r in community["relationship_ids"]] + [ent[e] for e in community["entity_ids"]]:
+            for c in row["chunk_ids"]:
+                support[c] = support.get(c, 0) + 1
+        return [c for c, _ in sorted(support.items(), key=lambda kv: (-kv[1], kv[0]))][:n]
+
+    hub = {"entity_ids": [e for e in ent if e != "small"], "relationship_ids": []}  # 400-800 items: dense
+    small = {"entity_ids": ["small"], "relationship_ids": []}  # 10 items of 999 chunks: sorted
+    sorts = []
+    real_sort = np.sort
+    monkeypatch.setattr(support_module.np, "sort", lambda *a, **k: sorts.append(len(a[0])) or real_sort(*a, **k))
+    for n in (1, 7, 50):
+        assert coded.top(hub, n) == expected(hub, n)
+    assert sorts == []
+    assert coded.top(small, 4) == expected(small, 4) and sorts == [10]
 
 
 def _planned_from_rows(server, corpus, tmp_path):

@@ -501,3 +501,37 @@ def test_an_update_with_name_embeddings_reads_the_profile_texts_from_the_rows_th
     run_index([str(src)], fresh, config, show_progress=False, log=lambda m: None)
     for table in OUTPUTS:
         assert _rows(index, table) == _rows(fresh, table), table
+
+
+def test_entity_counts_are_made_beside_the_description_plans(tmp_path, monkeypatch):
+    """The entity rows' types, mention counts and document lists (sorts over the rebuilt entities'
+    mentions) are made in a thread while the description plans are made and their texts read."""
+    import threading
+
+    from graphwright.stages.resolve import core
+
+    met, seen = threading.Barrier(2, timeout=5), []
+    real_types, real_needed_at = core._types, core._Parts.needed_at
+
+    def meet() -> None:
+        try:
+            met.wait()
+            seen.append(threading.current_thread().name)
+        except threading.BrokenBarrierError:
+            seen.append(None)
+
+    def types(*args, **kwargs):
+        meet()
+        return real_types(*args, **kwargs)
+
+    def needed_at(self):
+        if self.want_overflow is False and not seen:  # the entities' plans come first
+            meet()
+        return real_needed_at(self)
+
+    monkeypatch.setattr(core, "_types", types)
+    monkeypatch.setattr(core._Parts, "needed_at", needed_at)
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    assert len(seen) == 2 and None not in seen and len(set(seen)) == 2

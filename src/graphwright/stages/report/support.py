@@ -17,6 +17,9 @@ import pyarrow.compute as pc
 from graphwright.util.numeric import sorted_dictionary, to_numpy, unique
 
 
+DENSE = 8  # a community whose items are at least 1/DENSE of the chunks counts them with bincount
+
+
 @dataclass
 class Support:
     """Chunk lists of entities and relationships by id, as codes into `names` (the chunk ids,
@@ -60,9 +63,14 @@ class Support:
         codes = self._codes(community)
         if n <= 0 or not len(codes):
             return []
-        ordered = np.sort(codes)
-        first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        chunk, count = ordered[first], np.diff(np.r_[first, len(ordered)])
+        if len(codes) * DENSE >= len(self.names):  # a hub's community: counted in place, not sorted
+            counts = np.bincount(codes)
+            chunk = np.flatnonzero(counts)
+            count = counts[chunk]
+        else:
+            ordered = np.sort(codes)
+            first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            chunk, count = ordered[first], np.diff(np.r_[first, len(ordered)])
         if len(chunk) > n:  # only those counted at least as often as the n-th most are ranked
             floor = np.partition(count, len(count) - n)[len(count) - n]
             keep = count >= floor

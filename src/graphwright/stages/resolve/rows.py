@@ -13,6 +13,7 @@ from graphwright.stages.resolve.codes import best_names
 from graphwright.stages.resolve.pair_cache import mix, stable_hashes
 from graphwright.stages.resolve.state import Advance
 from graphwright.util.numeric import distinct_codes, distinct_lists, to_numpy
+from graphwright.util.threads import side_by_side
 
 
 def net_change(adv: Advance, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -119,22 +120,34 @@ def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities
     rows = np.flatnonzero(local[m_entity] >= 0) if len(m_entity) else np.empty(0, np.int64)
     group, k = local[m_entity[rows]], len(chosen)
     sub = {c: m[c][rows] for c in ("name", "count", "type", "chunk_id", "doc_id", "description", "length")}
-    chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
     limit, want = config.description_max_chars, overflow is not None
-    parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
-    wanted, at = parts.needed_at()
-    texts = fetch(wanted, rows[at])  # the parts index `sub`, the fetcher `m`
     ids_ = [entity_ids[i] for i in chosen.tolist()]
-    descriptions = core.merged_descriptions(parts, texts, ids_, chosen_names, overflow if want else None)
+
+    def counted() -> dict:  # sorts and bincounts over the chosen entities' mentions (the hubs' millions)
+        return {**core._types(group, sub["type"], sub["count"], type_names.to_pylist(), k),
+                "mention_count": pa.array(np.bincount(group, weights=sub["count"], minlength=k).astype(np.int64)),
+                "doc_ids": distinct_lists(group, sub["doc_id"], doc_names, k)}
+
+    def described() -> tuple[list[str], list]:
+        chosen_names = best_names(group, sub["name"], sub["count"], k, names.values)
+        parts = core._Parts(group, k, None, sub, rank, limit, want, keep_bytes)
+        wanted, at = parts.needed_at()
+        texts = fetch(wanted, rows[at])  # the parts index `sub`, the fetcher `m`
+        return chosen_names, core.merged_descriptions(parts, texts, ids_, chosen_names, overflow if want else None)
+
+    # numpy's sorts release the GIL: the counts beside the description plans and their reads
+    # (a 0.1% update at 1.2M chunks rebuilds 2,838 entities, whose mentions are 7.7M rows)
+    columns, (chosen_names, descriptions) = side_by_side(counted, described, "resolve-entity-counts")
     table = pa.table({
         "entity_id": pa.array(ids_, pa.string()),
         "canonical_key": pa.array([entity_keys[i] for i in chosen.tolist()], pa.string()),
         "name": pa.array(chosen_names, pa.string()),
-        **core._types(group, sub["type"], sub["count"], type_names.to_pylist(), k),
+        "type": columns["type"],
+        "types": columns["types"],
         "description": pa.concat_arrays([pa.array([], pa.string()), *descriptions]),
-        "mention_count": pa.array(np.bincount(group, weights=sub["count"], minlength=k).astype(np.int64)),
+        "mention_count": columns["mention_count"],
         "degree": pa.array(degree[chosen], pa.int64()),
         "chunk_ids": chunk_lists,
-        "doc_ids": distinct_lists(group, sub["doc_id"], doc_names, k),
+        "doc_ids": columns["doc_ids"],
     })
     return table, chosen_names
