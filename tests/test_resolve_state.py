@@ -503,35 +503,51 @@ def test_an_update_with_name_embeddings_reads_the_profile_texts_from_the_rows_th
         assert _rows(index, table) == _rows(fresh, table), table
 
 
-def test_entity_counts_are_made_beside_the_description_plans(tmp_path, monkeypatch):
-    """The entity rows' types, mention counts and document lists (sorts over the rebuilt entities'
-    mentions) are made in a thread while the description plans are made and their texts read."""
-    import threading
+class _Meeting:
+    """Two pieces of work that must run at once: each waits for the other at its start."""
 
-    from graphwright.stages.resolve import core
+    def __init__(self):
+        import threading
 
-    met, seen = threading.Barrier(2, timeout=5), []
-    real_types, real_needed_at = core._types, core._Parts.needed_at
+        self.threading, self.barrier, self.seen = threading, threading.Barrier(2, timeout=5), []
 
-    def meet() -> None:
-        try:
-            met.wait()
-            seen.append(threading.current_thread().name)
-        except threading.BrokenBarrierError:
-            seen.append(None)
+    def wrap(self, work, when=lambda *args: True):
+        def wrapped(*args, **kwargs):
+            if len(self.seen) < 2 and when(*args):
+                try:
+                    self.barrier.wait()
+                    self.seen.append(self.threading.current_thread().name)
+                except self.threading.BrokenBarrierError:
+                    self.seen.append(None)
+            return work(*args, **kwargs)
+        return wrapped
 
-    def types(*args, **kwargs):
-        meet()
-        return real_types(*args, **kwargs)
+    def met(self) -> bool:
+        return len(self.seen) == 2 and None not in self.seen and len(set(self.seen)) == 2
 
-    def needed_at(self):
-        if self.want_overflow is False and not seen:  # the entities' plans come first
-            meet()
-        return real_needed_at(self)
 
-    monkeypatch.setattr(core, "_types", types)
-    monkeypatch.setattr(core._Parts, "needed_at", needed_at)
+@pytest.mark.parametrize("pair", ["entity counts | description plans", "chunk ranks | key profiles",
+                                  "entity lineage | relationship pairs"])
+def test_resolve_makes_independent_steps_side_by_side(tmp_path, monkeypatch, pair):
+    """Steps of resolve that spend their time in numpy's sorts or Arrow (which release the GIL) and
+    need nothing of each other run in two threads at once: the entity rows' types, counts and
+    document lists beside their description plans and text reads; the chunks' ranks (the chunks
+    table read and looked up) beside the keys' profiles; the entities' lineage lists beside the
+    relationships' pairs."""
+    from graphwright.stages.resolve import core, incremental
+    from graphwright.storage import lineage
+
+    meeting = _Meeting()
+    if pair == "entity counts | description plans":
+        monkeypatch.setattr(core, "_types", meeting.wrap(core._types))
+        monkeypatch.setattr(core._Parts, "needed_at", meeting.wrap(core._Parts.needed_at, lambda parts: parts.want_overflow is False))
+    elif pair == "chunk ranks | key profiles":
+        monkeypatch.setattr(incremental, "chunk_ranks", meeting.wrap(incremental.chunk_ranks))
+        monkeypatch.setattr(core, "_profiles", meeting.wrap(core._profiles))
+    else:
+        monkeypatch.setattr(lineage, "entity_lists", meeting.wrap(lineage.entity_lists))
+        monkeypatch.setattr(core, "_supported_pairs", meeting.wrap(core._supported_pairs))
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()
     _index(src, index, DOCS)
-    assert len(seen) == 2 and None not in seen and len(set(seen)) == 2
+    assert meeting.met(), meeting.seen

@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.util.numeric import spans, to_numpy, unique
-from graphwright.util.threads import side_by_side
 
 ROOT = "state/lineage"
 FORMAT = 1
@@ -90,18 +89,23 @@ class Lineage:
                 for r, i in zip(relationship_ids, at.tolist()) if i >= 0}
 
 
-def build(chunk_ids: pa.Array, entity_ids: list[str], id_rank: np.ndarray, m_entity: np.ndarray, m_chunk: np.ndarray,
+def entity_lists(id_rank: np.ndarray, m_entity: np.ndarray, m_chunk: np.ndarray, n_chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """The entities' lists (indptr, codes) from each mention's entity (an index into the entity
+    ids, whose sorted position is `id_rank`) and chunk (a position among `n_chunks` sorted chunk
+    ids): a sort of ~10M codes at 1.2M chunks, numpy's, without the GIL, which resolve makes
+    while it finds the relationships."""
+    return _lists(id_rank[m_entity] if len(m_entity) else m_entity, m_chunk, len(id_rank), n_chunks)
+
+
+def build(chunk_ids: pa.Array, entity_ids: list[str], id_rank: np.ndarray, entities: tuple[np.ndarray, np.ndarray],
           pairs: np.ndarray, a_pair: np.ndarray, a_chunk: np.ndarray) -> Lineage:
-    """From resolve's codes: each mention's entity (an index into `entity_ids`, whose sorted
-    position is `id_rank`) and chunk (a position in the sorted `chunk_ids`), and each supporting
-    assertion's relationship (an index into `pairs`) and chunk."""
+    """From resolve's codes: the entities' lists (entity_lists; `entity_ids`' sorted position is
+    `id_rank`), and each supporting assertion's relationship (an index into `pairs`) and chunk (a
+    position in the sorted `chunk_ids`)."""
     order = np.argsort(id_rank)
     by_rank = pa.array(entity_ids, pa.string()).take(pa.array(order)) if len(entity_ids) else pa.array([], pa.string())
-    # two sorts of ~10M codes each at 1.2M chunks, numpy's, without the GIL: side by side
-    (entity_indptr, entity_codes), (rel_indptr, rel_codes) = side_by_side(
-        lambda: _lists(id_rank[m_entity] if len(m_entity) else m_entity, m_chunk, len(entity_ids), len(chunk_ids)),
-        lambda: _lists(a_pair, a_chunk, len(pairs), len(chunk_ids)), "lineage")
-    return Lineage(chunk_ids, by_rank, entity_indptr, entity_codes, pairs.astype(np.int64), rel_indptr, rel_codes, {})
+    rel_indptr, rel_codes = _lists(a_pair, a_chunk, len(pairs), len(chunk_ids))
+    return Lineage(chunk_ids, by_rank, *entities, pairs.astype(np.int64), rel_indptr, rel_codes, {})
 
 
 def _lists(owner: np.ndarray, codes: np.ndarray, n_owners: int, n_codes: int) -> tuple[np.ndarray, np.ndarray]:

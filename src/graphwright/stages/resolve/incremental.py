@@ -54,6 +54,7 @@ from graphwright.storage.patch import data_files
 from graphwright.util import memory
 from graphwright.util.laps import Laps
 from graphwright.util.numeric import distinct_codes, to_numpy, unique
+from graphwright.util.threads import in_thread
 
 OUTPUTS = ("entities", "entity_aliases", "relationships")
 INPUTS = ("mentions", "assertions", "chunks", "documents")
@@ -105,11 +106,9 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     for rows in (m, a):
         rows["chunk_id"], rows["doc_id"] = chunk_code[rows["chunk_id"]], doc_code[rows["doc_id"]]
     m["type"] = type_code[m["type"]]
-    rank = chunk_ranks(store, chunk_names)
-    rank_by_code = rank[chunk_code] if len(chunk_code) else rank
+    # the chunks table read and looked up (Arrow, without the GIL) while the keys are linked
+    ranking = in_thread(chunk_ranks, store, chunk_names, name="resolve-ranks")
     chunk_used = used_codes(m["chunk_id"], chunk_code)  # per code: what the state records, and the order check reads
-    if base and not order_kept(st.derived["chunk_rank"], rank_by_code, chunk_used):
-        base = False  # chunks changed places in the corpus: descriptions may reorder anywhere
     memory.release()
     laps.lap("codes_s")
 
@@ -134,7 +133,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             texts = None
             if config.embeddings or config.adjudicate:
                 best = best_names(m_key, m["name"], m["count"], len(keys), names.values)
-                plan = core.DescriptionPlan(m_key, m["description"], m["length"], rank[m["chunk_id"]], len(keys), 0, False)
+                plan = core.DescriptionPlan(m_key, m["description"], m["length"], ranking.result()[m["chunk_id"]], len(keys), 0, False)
                 fetch = text_fetcher(store, "mentions", advances["mentions"].files, m, None)
                 first = plan.merge(fetch(plan.needed(), plan.needed_at()), cut=False)  # the plan says where, as below
                 for i, k in enumerate(keys):
@@ -168,18 +167,23 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         del profiles
         memory.release()
     laps.lap("link_s")
+    rank = ranking.result()
+    rank_by_code = rank[chunk_code] if len(chunk_code) else rank
+    if base and not order_kept(st.derived["chunk_rank"], rank_by_code, chunk_used):
+        base = False  # chunks changed places in the corpus: descriptions may reorder anywhere
+    laps.lap("ranks_s")
     canonical, entity_keys, entity_ids, position, entity_of_key, id_rank = core.key_entities(keys, label, m_key, m["count"])
     n_entities = len(entity_keys)
     m_entity = entity_of_key[m_key] if len(m_key) else m_key
+    # every chunk list as codes: the rebuilt rows' lists come from it, and cluster, report and
+    # embed read it instead of the lists (storage.lineage); the entities' beside the relationships' pairs
+    listed = in_thread(lineage.entity_lists, id_rank, m_entity, m["chunk_id"], len(chunk_names), name="resolve-lineage")
     sup_rows, a_pair, pairs = core._supported_pairs(a_src, a_tgt, a_keep, entity_of_key, id_rank)
     width = max(n_entities, 1)
     by_rank = np.argsort(id_rank)
     rel_lo, rel_hi = by_rank[pairs // width], by_rank[pairs % width]
     degree = np.bincount(np.concatenate([rel_lo, rel_hi]), minlength=n_entities).astype(np.int64)
-
-    # every chunk list as codes: the rebuilt rows' lists come from it, and cluster, report and
-    # embed read it instead of the lists (storage.lineage)
-    coded = lineage.build(chunk_names, entity_ids, id_rank, m_entity, m["chunk_id"], pairs, a_pair, a["chunk_id"][sup_rows])
+    coded = lineage.build(chunk_names, entity_ids, id_rank, listed.result(), pairs, a_pair, a["chunk_id"][sup_rows])
 
     laps.lap("lineage_s")
     old_keys = st.derived.get("keys") if base else None
