@@ -527,13 +527,13 @@ class _Meeting:
 
 
 @pytest.mark.parametrize("pair", ["entity counts | description plans", "chunk ranks | key profiles",
-                                  "entity lineage | relationship pairs"])
+                                  "entity lineage | relationship pairs", "key chunks | key neighbours"])
 def test_resolve_makes_independent_steps_side_by_side(tmp_path, monkeypatch, pair):
     """Steps of resolve that spend their time in numpy's sorts or Arrow (which release the GIL) and
     need nothing of each other run in two threads at once: the entity rows' types, counts and
     document lists beside their description plans and text reads; the chunks' ranks (the chunks
     table read and looked up) beside the keys' profiles; the entities' lineage lists beside the
-    relationships' pairs."""
+    relationships' pairs; the keys' related keys beside their chunks."""
     from graphwright.stages.resolve import core, incremental
     from graphwright.storage import lineage
 
@@ -544,6 +544,11 @@ def test_resolve_makes_independent_steps_side_by_side(tmp_path, monkeypatch, pai
     elif pair == "chunk ranks | key profiles":
         monkeypatch.setattr(incremental, "chunk_ranks", meeting.wrap(incremental.chunk_ranks))
         monkeypatch.setattr(core, "_profiles", meeting.wrap(core._profiles))
+    elif pair == "key chunks | key neighbours":
+        from graphwright.stages.resolve import profiles
+
+        monkeypatch.setattr(profiles, "key_chunks", meeting.wrap(profiles.key_chunks))
+        monkeypatch.setattr(profiles, "key_neighbours", meeting.wrap(profiles.key_neighbours))
     else:
         monkeypatch.setattr(lineage, "entity_lists", meeting.wrap(lineage.entity_lists))
         monkeypatch.setattr(core, "_supported_pairs", meeting.wrap(core._supported_pairs))

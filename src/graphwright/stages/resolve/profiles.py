@@ -15,6 +15,7 @@ from graphwright.stages.resolve.codes import group_sums
 from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
 from graphwright.util.numeric import unique
+from graphwright.util.threads import in_thread
 
 class Profiles(Mapping):
     """{key: KeyProfile} over `keys` (sorted), each made on first access and kept (so a `text`
@@ -76,16 +77,27 @@ class Profiles(Mapping):
 
 def key_profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt, keep, step: int) -> Profiles:
     """What linking knows of each key: mentions, types, chunks (as codes) and related keys (from
-    the assertions `keep` marks, `step` rows at a time)."""
+    the assertions `keep` marks, `step` rows at a time). The related keys (a sort of the
+    assertions' pairs) are found in a thread while the mentions are counted and their chunks
+    sorted: numpy's sorts release the GIL."""
     k = len(keys)
+    neighbours = in_thread(key_neighbours, k, src, tgt, keep, step, name="resolve-neighbours")
     mentions = np.bincount(m_key, weights=m_count, minlength=k).astype(np.int64)
     types = group_sums(m_key, m_type, m_count, max(len(type_names), 1))
+    return Profiles(keys, mentions, types, type_names, key_chunks(k, m_key, m_chunk), neighbours.result())
+
+
+def key_chunks(k: int, m_key: np.ndarray, m_chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each of the `k` keys' distinct chunk codes: (codes, bounds), key i's a slice."""
     width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
     pairs = unique(m_key * width + m_chunk)
-    chunks = (pairs % width).astype(np.int32), np.searchsorted(pairs // width, np.arange(k + 1))  # each key's chunks: a slice
+    return (pairs % width).astype(np.int32), np.searchsorted(pairs // width, np.arange(k + 1))
+
+
+def key_neighbours(k: int, src, tgt, keep, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each of the `k` keys' related keys, both directions: (codes, bounds), key i's a slice."""
     once = unique(np.concatenate([np.empty(0, np.int64)] + [  # each related pair once, a slice of assertions at a time
         unique(np.minimum(s, t) * k + np.maximum(s, t)) for s, t in
         ((src[o:o + step][keep[o:o + step]], tgt[o:o + step][keep[o:o + step]]) for o in range(0, len(src), step))]))
-    linked = unique(np.concatenate([once, (once % k) * k + once // k]))  # both directions
-    neighbours = (linked % k).astype(np.int32), np.searchsorted(linked // k, np.arange(k + 1))
-    return Profiles(keys, mentions, types, type_names, chunks, neighbours)
+    linked = unique(np.concatenate([once, (once % k) * k + once // k]))
+    return (linked % k).astype(np.int32), np.searchsorted(linked // k, np.arange(k + 1))
