@@ -105,10 +105,10 @@ def test_a_resolve_killed_between_its_writes_is_finished_by_the_rerun(tmp_path, 
     _index(src, updated, DOCS)
     real = patch.patch_table
 
-    def dies_on_relationships(store, name, removed, parts, **kwargs):
+    def dies_on_relationships(store, name, removed, parts):
         if name == "relationships":
             raise KeyboardInterrupt("killed")
-        return real(store, name, removed, parts, **kwargs)
+        return real(store, name, removed, parts)
 
     monkeypatch.setattr(resolve_stage, "patch_table", dies_on_relationships)
     with pytest.raises(KeyboardInterrupt):

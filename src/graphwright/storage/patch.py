@@ -81,27 +81,45 @@ def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
     return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
 
 
-def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table], keys: pa.Array | None = None) -> dict[str, int]:
+def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> dict[str, int]:
     """Remove the rows whose primary key is in `removed_keys` or among the keys of `parts`, and add
     the rows of `parts`, in one commit (an upsert by key, with deletions); only the files holding
-    such a key are rewritten. `keys`: the keys the parts will hold, when they are known before
-    the parts are made: the old files are then rewritten while the parts are made (a part holding
-    another key is refused). Returns {"files_rewritten", "files_kept", "files_added",
+    such a key are rewritten. Returns {"files_rewritten", "files_kept", "files_added",
     "rows_removed", "rows_added"}."""
     schema = contracts.schema(name)
     if schema.partition_by:
         raise ValueError(f"patch_table does not write partitioned tables ({name})")
     key = tuple(schema.primary_key)
     stats = {"files_rewritten": 0, "files_kept": 0, "files_added": 0, "rows_removed": 0, "rows_added": 0}
-    removed_keys = pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())
     # two tasks at a time, each mostly Arrow's work off the GIL: the new rows' files are written
     # while the next part is made and while the old files are rewritten (at 1.2M chunks, a 0.1%
     # update's entity rows are 330 MB of chunk lists, written beside the rewrite of the file that held them)
     with tempfile.TemporaryDirectory(prefix=f"graphwright-patch-{name}-") as folder, \
-            ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool, \
-            ThreadPoolExecutor(1, thread_name_prefix=f"patch-{name}-early") as early:
+            ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool:
+        adds: list[tuple[str, int]] = []
+        writes: list[Future] = []
+        keys = [pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())]
+        for i, part in enumerate(parts):
+            data = schema.validate(part)
+            if not data.num_rows:
+                continue
+            keys.append(key_column(data, key))
+            path = f"{folder}/new-{i:06d}.parquet"
+            writes.append(pool.submit(write_parquet, data, path))
+            adds.append((path, data.num_rows))
+            stats["rows_added"] += data.num_rows
+            del data, part
+            while sum(not w.done() for w in writes) > 2:  # a few parts held at most
+                wait(writes, return_when=FIRST_COMPLETED)
+        touched = pc.unique(pa.concat_arrays(keys))
+        added = pa.concat_arrays(keys[1:]) if len(keys) > 1 else pa.array([], pa.string())  # the parts' keys
+        if stats["rows_added"] and pc.count_distinct(added).as_py() != stats["rows_added"]:
+            raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
+        removes: list[str] = []
+        moved: list[tuple[str, int]] = []  # rows copied unchanged from the files rewritten
+        hit_keys: list[pa.Array] = [pa.array([], pa.string())]
 
-        def rewrite(i: int, path: str, touched: pa.Array) -> tuple[str, pa.Array, tuple[str, int] | None]:
+        def rewrite(i: int, path: str) -> tuple[str, pa.Array, tuple[str, int] | None]:
             """(path, the keys of its rows removed, its kept rows' local file) for one data file."""
             file_keys = key_column(read_data_file(store, name, path, list(key)), key)
             hit = pc.is_in(file_keys, value_set=touched)
@@ -113,53 +131,19 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table], keys:
             write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
             return path, removed, (local, kept.num_rows)
 
-        files = [path for path, _ in data_files(store, name)] if store.exists(name) else []
-        announced = pc.unique(pa.concat_arrays([removed_keys, keys.cast(pa.string())])) if keys is not None else None
-        # at 1.2M chunks a 0.1% update's relationship rows take 3.5 s to make, and it rewrites all
-        # three files of the table: the files are rewritten meanwhile
-        rewritten = [early.submit(rewrite, i, path, announced) for i, path in enumerate(files)] \
-            if announced is not None and len(announced) else None
-        adds: list[tuple[str, int]] = []
-        writes: list[Future] = []
-        held = [removed_keys]
-        for i, part in enumerate(parts):
-            data = schema.validate(part)
-            if not data.num_rows:
-                continue
-            held.append(key_column(data, key))
-            path = f"{folder}/new-{i:06d}.parquet"
-            writes.append(pool.submit(write_parquet, data, path))
-            adds.append((path, data.num_rows))
-            stats["rows_added"] += data.num_rows
-            del data, part
-            while sum(not w.done() for w in writes) > 2:  # a few parts held at most
-                wait(writes, return_when=FIRST_COMPLETED)
-        touched = pc.unique(pa.concat_arrays(held))
-        added = pa.concat_arrays(held[1:]) if len(held) > 1 else pa.array([], pa.string())  # the parts' keys
-        if stats["rows_added"] and pc.count_distinct(added).as_py() != stats["rows_added"]:
-            raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
-        if announced is not None and len(added) and not pc.all(pc.is_in(added, value_set=announced)).as_py():
-            stray = added.filter(pc.invert(pc.is_in(added, value_set=announced)))[0]
-            raise ValueError(f"table {name}: a patch's part holds the key {stray}, which it did not announce")
-        removes: list[str] = []
-        moved: list[tuple[str, int]] = []  # rows copied unchanged from the files rewritten
-        hit_keys: list[pa.Array] = [pa.array([], pa.string())]
-        if rewritten is not None:
-            results = (done.result() for done in rewritten)
-        elif len(touched) and files:
-            results = pool.map(rewrite, range(len(files)), files, [touched] * len(files))
-        else:
-            results = iter(())
-        for path, removed, kept in results:
-            if not len(removed):
-                stats["files_kept"] += 1
-                continue
-            stats["files_rewritten"] += 1
-            stats["rows_removed"] += len(removed)
-            removes.append(path)
-            hit_keys.append(removed)
-            if kept is not None:
-                moved.append(kept)
+        if len(touched) and store.exists(name):
+            # (a 0.1% update at 1.2M chunks rewrites all three files of the relationships table)
+            files = [path for path, _ in data_files(store, name)]
+            for path, removed, kept in pool.map(rewrite, range(len(files)), files):
+                if not len(removed):
+                    stats["files_kept"] += 1
+                    continue
+                stats["files_rewritten"] += 1
+                stats["rows_removed"] += len(removed)
+                removes.append(path)
+                hit_keys.append(removed)
+                if kept is not None:
+                    moved.append(kept)
         for done in writes:
             done.result()
         stats["files_added"] = len(adds) + len(moved)

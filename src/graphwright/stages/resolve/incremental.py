@@ -72,7 +72,6 @@ class Update:
     removed_relationships: pa.Array
     finish: Callable[[object], None]  # saves the state once the outputs are written (given the store)
     stats: dict = field(default_factory=dict)
-    relationship_keys: pa.Array | None = None  # (patch) the ids of the rows relationship_parts will hold
 
 
 def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjudicate=None,
@@ -249,9 +248,6 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     endpoints = core._Endpoints(pa.array(entity_ids, pa.string()), pa.array(entity_names.tolist(), pa.string()),
                                 rel_lo[chosen_pairs], rel_hi[chosen_pairs])
     fetch = text_fetcher(store, "assertions", advances["assertions"].files, a, None)  # the plans say where
-    rel_keys = pa.array([ids.relationship_id(x, y) for x, y in zip(  # as the parts name them
-        endpoints.entity_ids.take(pa.array(endpoints.lo)).to_pylist(), endpoints.entity_ids.take(pa.array(endpoints.hi)).to_pylist())],
-        pa.string()) if base else None
     parts = core._relationship_parts(fetch, {c: a[c] for c in ("weight", "chunk_id", "doc_id")}, rel_parts, endpoints,
                                      chunk_names, doc_names, overflow,
                                      lambda first, k: coded.relationship_chunk_ids(chosen_pairs[first:first + k]))
@@ -283,7 +279,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         state.save(files, st, run_id, advances, sizes, derived, outputs)
 
     return Update(core._conform(entities, "entities"), core._conform(aliases, "entity_aliases"), parts, n_entities,
-                  len(pairs), bool(base), removed_ent, removed_rel, finish, stats, rel_keys)
+                  len(pairs), bool(base), removed_ent, removed_rel, finish, stats)
 
 
 def _unchanged(store, link_stats: dict | None) -> Update:
