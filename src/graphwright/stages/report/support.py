@@ -72,7 +72,10 @@ class Support:
             first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
             chunk, count = ordered[first], np.diff(np.r_[first, len(ordered)])
         if len(chunk) > n:  # only those counted at least as often as the n-th most are ranked
-            floor = np.partition(count, len(count) - n)[len(count) - n]
+            # (the counts are small: how many chunks have each count, summed from the top, says
+            # the n-th largest, where a partition of each community's counts took 0.85 s of an update)
+            at_least = np.cumsum(np.bincount(count)[::-1])
+            floor = len(at_least) - 1 - int(np.searchsorted(at_least, n))
             keep = count >= floor
             chunk, count = chunk[keep], count[keep]
         pick = np.lexsort((chunk, -count))[:n]
