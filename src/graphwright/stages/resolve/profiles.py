@@ -17,6 +17,7 @@ from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
 from graphwright.util.numeric import unique
 from graphwright.util.threads import in_thread
 
+
 class Profiles(Mapping):
     """{key: KeyProfile} over `keys` (sorted), each made on first access and kept (so a `text`
     set on it stays)."""
