@@ -574,8 +574,13 @@ def test_an_update_plans_only_the_communities_whose_inputs_changed(server, corpu
     again = run([corpus], index, cfg)
     assert again["recomputed"]["reports_built"] > 0
     full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
-    planned = run_stage_details(index, again)["report"]["reports_planned"]
+    details = run_stage_details(index, again)
+    planned = details["report"]["reports_planned"]
     assert 0 < planned < len(full)
+    # where the update's report and cluster time went, step by step, in stage_metrics
+    assert set(details["report"]["seconds"]) == {"rows_s", "chunk_counts_s", "plan_s", "write_s"}
+    assert set(details["cluster"]["seconds"]) == {"changes_s", "levels_and_rows_s", "write_s", "save_state_s"}
+    assert all(v >= 0 for stage in ("report", "cluster") for v in details[stage]["seconds"].values())
     reports = store.read("community_reports").to_pylist()
     assert {r["community_id"]: r["input_hash"] for r in reports} == {c: p.input_hash for c, p in full.items()}
     assert all(r["generator"].startswith("llm:") for r in reports)

@@ -60,6 +60,8 @@ def _cluster(run, m: dict) -> dict:
             diff = store.replace_parts_if_changed("communities", parts)
         save_state(store, entity_ids, edges, weights, total)
     m.update(usage)
+    if diff.get("seconds"):  # the update path's steps
+        m["seconds"] = diff.pop("seconds")
     per_level = _per_level(store.read("communities", columns=["level"]))
     m.update(rows_in=len(entity_ids), rows_out=sum(per_level.values()), engine=cfg.engine, incremental=incremental and "rebuilt" in diff,
              per_level=per_level, changes=diff, work_unit="graph", work_done=1, work_total=1,

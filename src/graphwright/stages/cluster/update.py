@@ -20,6 +20,7 @@ from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage import contracts
 from graphwright.storage.changes import changes_since
 from graphwright.storage.patch import data_files, patch_table
+from graphwright.util.laps import Laps
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
 STATE = "state/cluster"
@@ -157,6 +158,7 @@ def _fresh_top_of(side, n, edges, weights, config, engine):
 
 def _update(store, config, engine, workers, usage, old, entity_ids, edges, weights, relationships,
             touched, changed_new, changed_old, fresh) -> dict:
+    laps = Laps()
     n = len(entity_ids)
     old_at = to_numpy(pc.fill_null(pc.index_in(pa.array(entity_ids, pa.string()), value_set=old["entity_ids"]), -1), np.int64)
     rewritten = entities_rewritten(store, old["entities_version"], entity_ids)
@@ -172,6 +174,7 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     changed |= touched | chunks_changed
 
     hashed = graph_digest(total)
+    laps.lap("changes_s")
 
     def table_rows(levels: list) -> dict:  # made again should the fresh top level win: the digest once
         return _table_rows(store, levels, previous, entity_ids, edges, relationships, changed, hashed)
@@ -183,11 +186,14 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
         else:  # the fresh top level is on its way: the units' levels and their rows are made while it is
             levels, stats, rows = checked_levels(n, edges, weights, config, engine, prev, touched, node_hash, pool, usage,
                                                  fresh, meanwhile=table_rows)
+    laps.lap("levels_and_rows_s")  # the re-partitioned units, the quality check and the rows, side by side
     diff = patch_table(store, "communities", rows["removed"], rows["parts"])
+    laps.lap("write_s")
     save_state(store, entity_ids, edges, weights, total)
+    laps.lap("save_state_s")
     return {**diff, **stats, "rebuilt": rows["rebuilt"], "kept": rows["communities"] - rows["rebuilt"],
             "touched_entities": int(touched.sum()), "changed_edges": int(len(changed_new) + len(changed_old)),
-            "communities": rows["communities"]}
+            "communities": rows["communities"], "seconds": laps.seconds}
 
 
 def _table_rows(store, levels: list, previous: pa.Table, entity_ids, edges, relationships, changed: np.ndarray,

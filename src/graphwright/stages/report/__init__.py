@@ -83,6 +83,7 @@ def execute(run, m: dict) -> dict:
         m.update(rows_in=communities.num_rows, rows_out=0, mode="lazy", **stats)
         return stats
     rows, calls, stats = llm_reports.write(sorted(current), {r["input_hash"]: r for r in previous_rows})
+    m["seconds"] = llm_reports.laps.seconds
     rows |= {r["community_id"]: r for r in untouched if r["community_id"] not in rows}
     stats["reused"] += len(untouched)
     run.record_llm_calls("report", pa.Table.from_pylist(calls))

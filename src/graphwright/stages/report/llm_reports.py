@@ -20,6 +20,7 @@ from graphwright.stages.report.support import Support
 from graphwright.storage import contracts
 from graphwright.storage import lineage as lineage_codes
 from graphwright.storage.delta import IndexStore
+from graphwright.util.laps import Laps
 from graphwright.util.rows import row_dicts
 from graphwright.util.threads import side_by_side
 
@@ -53,6 +54,7 @@ class LLMReports:
         from graphwright.stages.report.llm import plan_reports, with_chunk_counts
 
         self.store, self.config, self.llm = store, config, llm
+        laps = self.laps = Laps()
         self.engine = engine or (lambda: _query_engine(llm))
         pins = pins or {}
 
@@ -67,6 +69,7 @@ class LLMReports:
                                               RELATIONSHIP_COLUMNS), "report-rows")
         self.ent = {r["entity_id"]: r for r in ent}
         self.rel = {r["relationship_id"]: r for r in rel}
+        laps.lap("rows_s")
 
         def chunk_text(wanted: set[str]) -> dict[str, str]:
             return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
@@ -87,7 +90,9 @@ class LLMReports:
 
         communities = with_chunk_counts(communities, lineage, fixed)  # the plans and fallbacks rate by the count
         self.communities = {c["community_id"]: c for c in communities}
+        laps.lap("chunk_counts_s")
         self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed, lineage)
+        laps.lap("plan_s")
         self.lookup_stats: dict = {}
 
     def _fallback(self, cid: str, rows: dict[str, dict]) -> dict:
@@ -103,11 +108,13 @@ class LLMReports:
 
         self.llm.require(f"report.mode {self.config.mode}")
         stream = _LazyStream(self.engine, in_flight(self.llm))
+        self.laps.restart()
         try:
             return write_reports(self.plans, targets, existing, lambda keys: cached_answers(self.store, keys, self.lookup_stats),
                                  stream, self._fallback, self.config, self.llm)
         finally:
             stream.close()
+            self.laps.lap("write_s")  # the LLM calls, the cache lookups and the fallbacks
 
 
 class _LazyStream:
