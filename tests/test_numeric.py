@@ -130,11 +130,11 @@ def test_chunk_counts_per_level_come_from_items_put_in_order_of_chunk_once(monke
     rng = np.random.default_rng(5)
     n_entities, n_chunks = 300, 2_000
     pairs = np.unique(rng.integers(0, n_entities, 20_000) * n_chunks + rng.integers(0, n_chunks, 20_000))
-    lists = ChunkLists((pairs // n_chunks).astype(np.int32), (pairs % n_chunks).astype(np.int32),
-                       pa.array([f"c{i}" for i in range(n_chunks)]))
     sorts = []
     argsort = np.argsort
     monkeypatch.setattr(np, "argsort", lambda *a, **k: sorts.append(1) or argsort(*a, **k))
+    lists = ChunkLists((pairs // n_chunks).astype(np.int32), (pairs % n_chunks).astype(np.int32),
+                       pa.array([f"c{i}" for i in range(n_chunks)]))
     for n_groups in (1, 7, 60, 300):
         label = rng.integers(-1, n_groups, n_entities)  # -1: an entity in no counted community
         expected = [len({c for o, c in zip(lists.owner.tolist(), lists.codes.tolist()) if label[o] == g}) for g in range(n_groups)]

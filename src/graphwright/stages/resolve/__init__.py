@@ -4,8 +4,6 @@ summarized by the LLM when resolve.summarize is on. Each table is replaced only 
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
 
 from graphwright.pipeline.stage import Stage, Where
@@ -23,7 +21,7 @@ def execute(run, m: dict) -> dict:
     update = resolve_update(store, run.config.resolve, key, run.run_id, embed=_embedder(run), adjudicate=_adjudicator(run),
                             overflow=overflow, link_stats=linking)
     entities = _summarize_descriptions(run, overflow, update.entities, "entities", "entity_id")
-    started = time.perf_counter()
+    update.laps.restart()
 
     def relationship_parts():  # each part's overflow is summarized before the part is written
         for part in update.relationship_parts:
@@ -44,12 +42,10 @@ def execute(run, m: dict) -> dict:
         diffs = {"entities": store.replace_if_changed("entities", entities),
                  "entity_aliases": store.replace_if_changed("entity_aliases", update.aliases),
                  "relationships": store.replace_parts_if_changed("relationships", relationship_parts())}
-    seconds = update.stats.setdefault("seconds", {})
-    seconds["write_s"] = round(time.perf_counter() - started, 3)  # the relationships' parts are built as they are written
-    started = time.perf_counter()
+    update.laps.lap("write_s")  # the relationships' parts are built as they are written
     update.finish(store)
-    seconds["save_state_s"] = round(time.perf_counter() - started, 3)
-    linking["seconds"] = seconds
+    update.laps.lap("save_state_s")
+    linking["seconds"] = update.laps.seconds
     m.update(rows_in=update.stats["mentions_changed"] + update.stats["assertions_changed"], rows_out=entities.num_rows + update.stats["relationships_rebuilt"],
              entities=update.n_entities, relationships=update.n_relationships, aliases=update.aliases.num_rows,
              changes=diffs, linking=linking, work_unit="mentions",

@@ -72,6 +72,7 @@ class Update:
     removed_relationships: pa.Array
     finish: Callable[[object], None]  # saves the state once the outputs are written (given the store)
     stats: dict = field(default_factory=dict)
+    laps: Laps = field(default_factory=Laps)  # the seconds of resolve's steps (stats["seconds"])
 
 
 def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjudicate=None,
@@ -279,7 +280,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         state.save(files, st, run_id, advances, sizes, derived, outputs)
 
     return Update(core._conform(entities, "entities"), core._conform(aliases, "entity_aliases"), parts, n_entities,
-                  len(pairs), bool(base), removed_ent, removed_rel, finish, stats)
+                  len(pairs), bool(base), removed_ent, removed_rel, finish, stats, laps)
 
 
 def _unchanged(store, link_stats: dict | None) -> Update:
