@@ -83,3 +83,21 @@ def test_stable_id_of_strings_equals_stable_id_of_the_same_values():
     assert ids.stable_id_of_strings("k", (), pa.array([], pa.string())) == ids.stable_id("k")
     with pytest.raises(ValueError, match="nulls"):
         ids.stable_id_of_strings("k", (), pa.array(["a", None]))
+
+
+def test_stable_id_of_columns_depends_on_the_values_alone_and_cuts_them_unambiguously():
+    import pyarrow as pa
+
+    values = ["", "a", "é漢", "x\x1fy", "Port Elling", "0" * 300] * 50
+    whole = ids.stable_id_of_columns("k", (1,), [pa.array(values), pa.array(values[::-1])])
+    chunked = pa.chunked_array([pa.array(values[:7]), pa.array([], pa.string()), pa.array(values[7:])])
+    sliced = pa.array(["pad"] + values + ["pad"]).slice(1, len(values))
+    assert ids.stable_id_of_columns("k", (1,), [chunked, pa.array(values[::-1], pa.large_string())]) == whole
+    assert ids.stable_id_of_columns("k", (1,), [sliced, pa.array(values[::-1])]) == whole
+    # the same bytes cut into other values, or moved to the other column, are other items
+    assert ids.stable_id_of_columns("k", (), [pa.array(["ab", "c"])]) != ids.stable_id_of_columns("k", (), [pa.array(["a", "bc"])])
+    assert ids.stable_id_of_columns("k", (), [pa.array(["a"]), pa.array(["b"])]) != \
+        ids.stable_id_of_columns("k", (), [pa.array(["a", "b"]), pa.array([], pa.string())])
+    assert ids.stable_id_of_columns("k", (2,), [pa.array(values)]) != ids.stable_id_of_columns("k", (1,), [pa.array(values)])
+    with pytest.raises(ValueError, match="nulls"):
+        ids.stable_id_of_columns("k", (), [pa.array(["a", None])])

@@ -124,3 +124,42 @@ def test_an_item_list_brought_up_to_date_by_sorted_search_equals_one_by_hash_loo
             assert sorted(got[2].to_pylist()) == sorted(want[2].to_pylist())
     merged = item_lists.merged(table(pool[::3]), table(["zz", "a"]))  # mixed lengths: sorted whole
     assert merged.column("item_id").to_pylist() == sorted(pool[::3] + ["zz", "a"])
+
+
+def test_an_item_list_is_an_arrow_file_named_from_its_buffers_and_a_parquet_one_is_still_read(tmp_path, monkeypatch):
+    """A version's item list is an Arrow IPC file, read without decoding; the version is named
+    by a hash of the list's buffers, not of keys joined row by row. A version written with a
+    Parquet list (before) is still brought up to date, and retention keeps its list."""
+    import pyarrow.parquet as pq
+
+    from graphwright.engines.lexical import files_in_use, ids_path
+
+    store = IndexStore(tmp_path / "index")
+    people = [(f"person {i}", f"Person {i} keeps the ledger.") for i in range(6)]
+    store.append("entities", entities(people))
+    store.replace_if_changed("entity_aliases", aliases([(k, k) for k, _ in people]))
+    first = write_kind(store, "entity", None)
+    assert ids_path(first).endswith(".ids.arrow") and store.files.exists(ids_path(first))
+    assert not store.files.exists(first.removesuffix(".json") + ".ids.parquet")
+    # the list as an earlier version wrote it
+    legacy = first.removesuffix(".json") + ".ids.parquet"
+    sink = pa.BufferOutputStream()
+    pq.write_table(store.files.read_table(ids_path(first)), sink)
+    store.files.write_bytes(legacy, sink.getvalue().to_pybytes())
+    store.files.delete(ids_path(first))
+    assert legacy in files_in_use(store.files, [first]) and ids_path(first) not in files_in_use(store.files, [first])
+    assert len(items(store, first)) == 6
+
+    def joined(*args, **kwargs):
+        raise AssertionError("the item list's keys joined row by row")
+
+    monkeypatch.setattr(ids, "stable_id_of_strings", joined)
+    patch_table(store, "entities", pa.array([ids.entity_id("person 5")]), [entities([("person 0", "Person 0 sold the ledger.")])])
+    updated = write_kind(store, "entity", first, stats=(stats := {}))
+    assert stats == {"read": "changes", "rows": 1}
+    shutil.copytree(tmp_path / "index", tmp_path / "fresh")
+    shutil.rmtree(tmp_path / "fresh" / "lexical")
+    fresh = IndexStore(tmp_path / "fresh")
+    built = write_kind(fresh, "entity", None)
+    assert updated == built and items(store, updated) == items(fresh, built) and len(items(store, updated)) == 5
+    assert rows(store, updated) == rows(fresh, built)

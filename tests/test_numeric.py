@@ -143,3 +143,15 @@ def test_chunk_counts_per_level_come_from_items_put_in_order_of_chunk_once(monke
     assert distinct_counts_by_code(np.array([0, 1, 0]), np.array([4, 4, 4]), 2).tolist() == [1, 1]
     assert distinct_counts_by_code(np.array([-1]), np.array([0]), 3).tolist() == [0, 0, 0]
     assert distinct_counts_by_code(np.empty(0, np.int64), np.empty(0, np.int64), 0).tolist() == []
+
+
+def test_transposed_groups_pairs_by_column_in_row_order_as_a_stable_sort_does():
+    from graphwright.util.numeric import transposed
+
+    rng = np.random.default_rng(5)
+    for n_rows, n_cols, n in ((1, 1, 0), (3, 4, 1), (50, 20, 400), (2_000, 30_000, 60_000)):
+        key = np.unique(rng.integers(0, n_rows * n_cols, n))
+        rows, cols = key // n_cols, key % n_cols  # in order of row, then column
+        counts, grouped = transposed(rows, cols, n_rows, n_cols)
+        assert counts.tolist() == np.bincount(cols, minlength=n_cols).tolist()
+        assert grouped.tolist() == rows[np.argsort(cols, kind="stable")].tolist()

@@ -291,8 +291,14 @@ def test_the_passage_graph_is_the_same_whatever_order_the_scan_gives_its_batches
         return batches
 
     monkeypatch.setattr(IndexStore, "scanner", shuffled)
+    sorted_sizes = []  # the entries grouped_order sorts: the entity edges only, not every mention
+    sort = passage_graph.grouped_order
+    monkeypatch.setattr(passage_graph, "grouped_order", lambda group: sorted_sizes.append(len(group)) or sort(group))
     second, _ = passage_graph.build(store, None)
     assert {k: v.tolist() for k, v in first.items()} == {k: v.tolist() for k, v in second.items()}
+    n_entities = len(first["entity_ids"])
+    entity_edges = int(first["indptr"][n_entities] - first["chunk_counts"].sum())
+    assert sorted_sizes == [entity_edges]  # the chunks' rows are the mentions' transpose
 
 
 def test_an_updates_passage_graph_is_brought_from_the_published_one_and_equals_a_build(versions):

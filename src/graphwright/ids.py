@@ -46,6 +46,32 @@ def stable_id_of_strings(kind: str, head: tuple, strings, length: int = 24) -> s
     return h.hexdigest()[:length]
 
 
+def stable_id_of_columns(kind: str, head: tuple, columns, length: int = 24) -> str:
+    """An id of string columns (no nulls) from their buffers: each column's value lengths, then
+    its values' bytes, which the lengths cut unambiguously. No value is joined or copied:
+    stable_id_of_strings's joined keys of a 2.26M-row item list took 0.67 s, this 0.1 s."""
+    import numpy as np
+    import pyarrow as pa
+
+    h = hashlib.sha256(kind.encode())
+    for part in head:
+        h.update(_SEP.encode())
+        h.update(str(part).encode())
+    for column in columns:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        array = array.cast(pa.large_string())
+        if array.null_count:
+            raise ValueError("stable_id_of_columns: a column holds nulls")
+        h.update(_SEP.encode())
+        h.update(str(len(array)).encode())
+        if not len(array):
+            continue
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset:array.offset + len(array) + 1]
+        h.update(np.diff(offsets).astype("<i8").tobytes())
+        h.update(memoryview(array.buffers()[2])[int(offsets[0]):int(offsets[-1])])
+    return h.hexdigest()[:length]
+
+
 def _bounds(array) -> tuple[int, int]:
     """The first and last byte of a large_string array's values in its data buffer."""
     import numpy as np

@@ -60,7 +60,7 @@ def vector_digests(store: IndexStore, vector_indexes: dict[str, str], previous: 
     # their stage (which reports what it wrote), segments and arrays never; a search index's
     # version file and item list are small and rewritten in place when it is rebuilt, so hashed
     known = {f: d for m in previous for f, d in (m.get("vector_files") or {}).items()
-             if not (is_search_file(f) and f.endswith((".json", ".ids.parquet")))}
+             if not (is_search_file(f) and f.endswith((".json", ".ids.arrow", ".ids.parquet")))}
     known.update(written)
     paths = [p for relative in vector_indexes.values() for p in files_of(store.files, relative)]
     return {p: known[p] if p in known else file_digest(store.files, p) for p in sorted(paths)}

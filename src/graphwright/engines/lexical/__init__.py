@@ -30,7 +30,13 @@ def version_path(kind: str, digest: str) -> str:
 
 
 def ids_path(relative: str) -> str:
-    return relative.removesuffix(".json") + ".ids.parquet"
+    """A version's item list: an Arrow IPC file (read without decoding: at 1.2M chunks the
+    relationships' 2.26M items took 0.6 s to read and 0.7 s to write as Parquet, every update)."""
+    return relative.removesuffix(".json") + ".ids.arrow"
+
+
+def _legacy_ids_path(relative: str) -> str:
+    return relative.removesuffix(".json") + ".ids.parquet"  # a version written before ids_path's format
 
 
 class Materialized:
@@ -70,9 +76,13 @@ def open_version(files, relative: str):
 
 def previous_items(files, relative: str | None) -> pa.Table | None:
     """(item_id, row_hash) of the items a version file's index holds, or None."""
-    if relative is None or not files.exists(relative) or not files.exists(ids_path(relative)):
+    if relative is None or not files.exists(relative):
         return None
-    return pq.read_table(pa.BufferReader(files.read_bytes(ids_path(relative))))
+    if files.exists(ids_path(relative)):
+        return files.read_table(ids_path(relative))
+    if files.exists(_legacy_ids_path(relative)):
+        return pq.read_table(pa.BufferReader(files.read_bytes(_legacy_ids_path(relative))))
+    return None
 
 
 def previous_sources(files, relative: str | None) -> dict | None:
@@ -101,9 +111,7 @@ def write_version(files, kind: str, digest: str, previous: str | None, deletes: 
         for name in used:
             if name not in already:
                 files.write_file(f"{pool}/{name}", folder / name)
-        sink = pa.BufferOutputStream()
-        pq.write_table(items, sink, compression="none", use_dictionary=False)  # hashes: snappy saved 17% in 4x the time
-        files.write_bytes(ids_path(relative), sink.getvalue().to_pybytes())
+        files.write_table(ids_path(relative), items.combine_chunks())
         version = {"engine": ENGINE, "analyzer": tantivy_engine.ANALYZER_VERSION, "kind": kind, "items": items.num_rows,
                    "files": used, "meta": (folder / "meta.json").read_text(), "managed": (folder / ".managed.json").read_text(),
                    "sources": sources or {}}
@@ -124,5 +132,6 @@ def files_in_use(files, versions: list[str]) -> set[str]:
         if not files.exists(relative):
             continue
         version = json.loads(files.read_bytes(relative))
-        used |= {relative, ids_path(relative)} | {f"lexical/{version['kind']}/{name}" for name in version["files"]}
+        listed = [p for p in (ids_path(relative), _legacy_ids_path(relative)) if files.exists(p)] or [ids_path(relative)]
+        used |= {relative, *listed} | {f"lexical/{version['kind']}/{name}" for name in version["files"]}
     return used

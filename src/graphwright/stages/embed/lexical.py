@@ -85,7 +85,8 @@ def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int 
         fresh = fresh.append_column("row_hash", _row_hashes(fresh))
         stats.update(read="changes", rows=fresh.num_rows)
         items, fresh, dropped = item_lists.updated(before, fresh, deleted)  # fresh: the new or changed rows, items sorted
-    digest = ids.stable_id_of_strings("lexical", (ANALYZER_VERSION, kind), _keys(items), length=16)
+    digest = ids.stable_id_of_columns("lexical", (ANALYZER_VERSION, kind), [items.column("item_id"), items.column("row_hash")],
+                                      length=16)
     relative = lexical.version_path(kind, digest)
     if store.files.exists(relative):
         return relative

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
-from graphwright.util.numeric import fixed_bytes, grouped_order, in_runs, spans, to_numpy
+from graphwright.util.numeric import fixed_bytes, grouped_order, in_runs, spans, to_numpy, transposed
 
 FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
@@ -128,22 +128,22 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     # put in place from its own order instead of sorting every entry's key (19M keys at 1.2M
     # chunks, and a division and a remainder of each to cut rows from neighbours): the entity
     # edges by grouped_order (stable: a relationship stays before a synonym edge to the same
-    # entity, as added), the mentions as given (by entity, then chunk), the chunks' rows by a
-    # stable grouping of the mentions by chunk. Whatever order the scan gave the batches in (one
-    # that is not always the same), the rows come out the same.
+    # entity, as added), the mentions as given (by entity, then chunk), the chunks' rows as the
+    # mentions' transpose (each chunk's entities in entity order). Whatever order the scan gave
+    # the batches in (one that is not always the same), the rows come out the same.
     src, dst = (np.concatenate(a) if a else np.zeros(0, np.int64) for a in (sources, targets))
     order = grouped_order(src * n_entities + dst)
     src, dst = src[order], dst[order]
     edges = np.bincount(src, minlength=n_entities)
     mentions_of = np.bincount(owner, minlength=n_entities)
-    by_chunk = grouped_order(chunk)
+    per_chunk, chunk_rows = transposed(owner, chunk, n_entities, n_chunks)
     indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.r_[edges + mentions_of, np.bincount(chunk, minlength=n_chunks)], out=indptr[1:])
+    np.cumsum(np.r_[edges + mentions_of, per_chunk], out=indptr[1:])
     edge_at = spans(indptr[:n_entities], edges)
     mention_at = spans(indptr[:n_entities] + edges, mentions_of)
     indices = np.empty(int(indptr[-1]), np.int32)
     indices[edge_at], indices[mention_at] = dst, n_entities + chunk
-    indices[indptr[n_entities]:] = owner[by_chunk]
+    indices[indptr[n_entities]:] = chunk_rows
     weights = np.ones(len(indices), np.float32)
     weights[edge_at] = (np.concatenate(weight) if weight else np.zeros(0, np.float32))[order]
     kinds = np.full(len(indices), MENTION, np.int8)
