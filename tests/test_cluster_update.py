@@ -293,3 +293,35 @@ def test_the_previous_levels_sort_every_communitys_members_in_one_sort(monkeypat
     got = [(level, m.tolist(), p) for level, items in enumerate(levels) for m, p, _ in items]
     assert got == [(level, m, p) for level, m, p in expected]
     assert [cid for items in levels for _, _, cid in items] == [r["community_id"] for r in rows]
+
+
+def test_graph_changes_match_edges_by_sorted_values_not_argsort(monkeypatch):
+    """The two graphs' edges are matched through orders made by sorting values (grouped_order),
+    an entity gone and its edges lost included; the answer is a brute-force comparison's."""
+    rng = np.random.default_rng(7)
+    n, edges, weights = planted([30] * 8, 0.3, 0.01, seed=4)
+    ids = [f"e{i:04d}" for i in range(n)]
+    keep = rng.random(len(edges)) > 0.05  # some edges go
+    new_weights = np.where(rng.random(len(edges)) < 0.05, weights + 1, weights)[keep]  # some reweighted
+    new_ids = [i for i in ids if i != "e0003"] + ["e9999"]  # one entity goes, one comes
+    at = {e: k for k, e in enumerate(new_ids)}
+    old_pairs = [(ids[a], ids[b]) for a, b in edges[keep]]
+    stays = np.array([a in at and b in at for a, b in old_pairs])
+    new_edges = np.array([[at[a], at[b]] for (a, b), s in zip(old_pairs, stays) if s] + [[at["e9999"], 0], [at["e0010"], at["e0050"]]])
+    new_weights = np.concatenate([new_weights[stays], [1.0, 1.0]])
+
+    def refused(*args, **kwargs):
+        raise AssertionError("np.argsort")
+
+    monkeypatch.setattr(np, "argsort", refused)
+    touched, changed_new, changed_old, new_nodes = graph_changes(pa.array(ids), edges, weights, new_ids, new_edges, new_weights)
+    monkeypatch.undo()
+    old_w = {tuple(sorted((ids[a], ids[b]))): w for (a, b), w in zip(edges, weights)}
+    new_w = {tuple(sorted((new_ids[a], new_ids[b]))): w for (a, b), w in zip(new_edges, new_weights)}
+    assert sorted(changed_new.tolist()) == [k for k, (a, b) in enumerate(new_edges)
+                                            if old_w.get(tuple(sorted((new_ids[a], new_ids[b])))) != new_weights[k]]
+    assert sorted(changed_old.tolist()) == [k for k, (a, b) in enumerate(edges)
+                                            if new_w.get(tuple(sorted((ids[a], ids[b])))) != weights[k]]
+    assert new_nodes.tolist() == [i == "e9999" for i in new_ids]
+    ends = {new_ids[x] for k in changed_new for x in new_edges[k]} | {ids[x] for k in changed_old for x in edges[k]} | {"e9999"}
+    assert sorted(np.flatnonzero(touched).tolist()) == sorted(at[e] for e in ends if e in at)

@@ -243,6 +243,25 @@ def test_candidates_stored_by_other_generators_are_generated_again(monkeypatch):
     assert pair_cache.candidates_from(stored, keys) == {}
 
 
+def test_stored_candidates_are_split_by_generator_in_arrow_not_as_python_strings(monkeypatch):
+    """Each generator's stored pairs are picked by Arrow: no generator name becomes a numpy
+    object to be sorted or compared (at 1.2M chunks, 0.26 s of every update's resolve)."""
+    from graphwright.stages.resolve import pair_cache
+
+    rng = np.random.default_rng(3)
+    keys = [f"key {i:05d}" for i in range(400)]
+    made = {g: np.unique(rng.integers(0, 400 * 400, n)) for g, n in (("ngrams", 3000), ("tokens", 200), ("embedding", 0))}
+    stored = pair_cache.candidates_table(made, keys)
+
+    def objects(*args, **kwargs):
+        raise AssertionError("np.unique over the generator names")
+
+    monkeypatch.setattr(np, "unique", objects)
+    back = pair_cache.candidates_from(stored, keys)
+    assert list(back) == ["embedding", "ngrams", "tokens"]
+    assert {g: c.tolist() for g, c in back.items()} == {g: c.tolist() for g, c in made.items()}
+
+
 @pytest.mark.gpu
 def test_cuvs_neighbours_match_faiss():
     pytest.importorskip("cuvs")
