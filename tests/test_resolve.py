@@ -148,6 +148,27 @@ def test_description_plan_matches_merge_descriptions_row_by_row():
             assert over.get(g) == (ordered if sum(len(d) + 1 for d in ordered) - 1 > max_chars else None)
 
 
+def test_description_plan_orders_its_rows_by_sorting_values(monkeypatch):
+    """The plan's (group, description) order comes from grouped_order's sort of values, not
+    np.argsort (7.7M rows of hubs in a 0.1% update at 1.2M chunks: 0.86 s against 1.29 s)."""
+    import pyarrow as pa
+
+    from graphwright.stages.resolve import descriptions
+    from graphwright.stages.resolve.codes import as_scan, description_hashes
+
+    sizes = []
+    sort = descriptions.grouped_order
+    monkeypatch.setattr(descriptions, "grouped_order", lambda keys: sizes.append(len(keys)) or sort(keys))
+    rows = [(g, f"text {g} {i % 3}", i) for g in range(4) for i in range(9)] + [(-1, "no group", 0), (2, "", 1)]
+    texts = pa.array([d for _, d, _ in rows], pa.string())
+    hashes, lengths = description_hashes(texts)
+    plan = descriptions.DescriptionPlan(np.array([g for g, _, _ in rows]), hashes, lengths, np.array([r for *_, r in rows]),
+                                        4, 40, False)
+    assert sizes == [36]  # the rows of a group with a description
+    merged = plan.merge(descriptions.fetch_texts(as_scan(pa.table({"description": texts})), plan.needed()))
+    assert [merged[g].as_py() for g in range(4)] == [merge_descriptions([(r, d) for gg, d, r in rows if gg == g], 40) for g in range(4)]
+
+
 def test_group_sums_equal_a_sort_of_every_pair_without_numpys_unique(monkeypatch):
     """Per distinct (group, code) pair, sorted, its summed weight: counted into bins when the
     pairs are few and through a sort when they are many, never through np.unique's inverse
