@@ -301,6 +301,18 @@ def test_the_passage_graph_is_the_same_whatever_order_the_scan_gives_its_batches
     assert sorted_sizes == [entity_edges]  # the chunks' rows are the mentions' transpose
 
 
+def test_mention_edges_already_in_order_are_used_as_given():
+    """Resolve's codes give the mention edges valid and in order: they are not copied (two
+    copies of 9.6M edges at 1.2M chunks); others are filtered and sorted."""
+    from graphwright.stages.embed.passage_graph import _by_owner
+
+    owner, chunk = np.array([0, 0, 1, 3], np.int64), np.array([1, 4, 0, 2], np.int64)
+    kept = _by_owner(owner, chunk, 5)
+    assert kept[0] is owner and kept[1] is chunk
+    fixed = _by_owner(np.array([3, -1, 0, 0]), np.array([2, 1, 4, 1]), 5)
+    assert [a.tolist() for a in fixed] == [[0, 0, 3], [1, 4, 2]]
+
+
 def test_an_updates_passage_graph_is_brought_from_the_published_one_and_equals_a_build(versions):
     """The update's graph takes its mention edges from resolve's codes of the chunk lists
     (storage.lineage), or, where there are none (an index written before them), the published

@@ -92,7 +92,7 @@ def transposed(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> 
     np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
     matrix = sp.csr_matrix((np.ones(len(cols), np.int8), np.asarray(cols), indptr), shape=(n_rows, n_cols))
     by_col = matrix.tocsc()
-    return np.diff(by_col.indptr).astype(np.int64), by_col.indices.astype(np.int64, copy=False)
+    return np.diff(by_col.indptr).astype(np.int64), by_col.indices  # the rows as scipy holds them (int32 when they fit)
 
 
 def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -162,7 +162,9 @@ def _by_owner(owner: np.ndarray, chunk: np.ndarray, n_chunks: int) -> tuple[np.n
     """The mention edges whose entity and chunk are nodes, ordered by entity, then chunk: as
     given when they already are (resolve's codes give them so), else sorted."""
     ok = (owner >= 0) & (chunk >= 0)  # an id the node lists do not hold (never, in a consistent index)
-    owner, chunk = np.asarray(owner[ok], np.int64), np.asarray(chunk[ok], np.int64)
+    if not ok.all():  # else kept as given: two copies of 9.6M edges were 0.2-0.3 s at 1.2M chunks
+        owner, chunk = owner[ok], chunk[ok]
+    owner, chunk = np.asarray(owner, np.int64), np.asarray(chunk, np.int64)
     key = owner * max(n_chunks, 1) + chunk
     if len(key) > 1 and (key[1:] < key[:-1]).any():
         key = np.sort(key)
