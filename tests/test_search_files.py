@@ -389,7 +389,7 @@ def test_the_lexical_and_vector_indexes_go_to_whichever_thread_is_free(monkeypat
     kinds = ["chunk", "entity", "name", "relationship"]
     by_thread, other_lexical = {}, threading.Event()
 
-    def vector_index(store, kind, model, cfg):
+    def vector_index(store, kind, model, cfg, keys=None):
         by_thread[kind] = threading.current_thread().name
         return f"vectors/{kind}", {}
 
@@ -429,7 +429,7 @@ def test_the_pieces_that_grow_with_the_corpus_are_taken_first(monkeypatch):
 
     taken = []
 
-    def vector_index(store, kind, model, cfg):
+    def vector_index(store, kind, model, cfg, keys=None):
         if kind != "name":
             taken.append(kind)
         return f"vectors/{kind}", {}

@@ -47,7 +47,7 @@ def _embed(run, m: dict, since: int | None = None) -> dict:
     """`since`: the chunks table's version whose chunks the stored chunk vectors are (None: not known)."""
     store, cfg = run.store, run.config
     model = model_name(cfg.embed)
-    counts, todo_parts = {}, []
+    counts, todo_parts, keys = {}, [], {}
     changes = changes_since(store, "chunks", since, "chunk_id", ["chunk_id", "text"])
     m["chunk_changes"] = "log" if changes is not None else "table"
     for kind, items in _embedding_inputs(store, cfg.embed, chunk_ids=changes is None).items():
@@ -63,17 +63,22 @@ def _embed(run, m: dict, since: int | None = None) -> dict:
             todo, stale = _items_to_embed(model, items, have)
         if len(stale):
             delete_matching(store, "embeddings", "item_id", stale, where={"kind": kind, "model": model}, known=held)
+        # the kind's keys as the table will hold them once the vectors are appended: its vector
+        # index is named and diffed from them instead of reading them again (1.2M chunks: 1.3 s)
+        kept = have.filter(pc.invert(pc.is_in(have.column("item_id"), value_set=stale))) if len(stale) else have
+        keys[kind] = pa.concat_tables([kept, todo.select(["item_id", "text_hash"]).cast(kept.schema)])
         todo_parts.append(todo.add_column(0, "kind", pa.array([kind] * todo.num_rows, pa.string())))
         counts[kind] = {"embedded": todo.num_rows, "reused": n_items - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB
-    del items, have, todo
+    del items, have, todo, kept
     todo = embedding_order(todo_parts, cfg.execution.commit_every)
     todo_parts.clear()
     pending: list[pa.Table] = []
-    embedded = todo.num_rows
+    embedded, appended = todo.num_rows, 0
     for batch in _embedded(run, todo):
         if not batch.num_rows:
             continue
+        appended += batch.num_rows
         pending.append(batch)
         # batches that come back out of order keep windows open: a few windows' rows at most wait
         crowded = sum(t.num_rows for t in pending) >= 4 * cfg.execution.commit_every
@@ -81,7 +86,9 @@ def _embed(run, m: dict, since: int | None = None) -> dict:
             _commit_vectors(store, model, pending, keep_open=not crowded)
     _commit_vectors(store, model, pending)
     del todo  # the texts are not needed while the indexes are built
-    files, digests = write_index_files(store, cfg, model, list(counts), m)
+    if appended != embedded:  # not every item came back with a vector: the indexes read the table's keys
+        keys = {}
+    files, digests = write_index_files(store, cfg, model, list(counts), m, keys)
     total = sum(c["embedded"] + c["reused"] for c in counts.values())
     m.update(rows_in=total, rows_out=embedded, model=model, **counts,
              work_unit="items", work_done=embedded, work_total=total)

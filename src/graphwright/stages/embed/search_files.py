@@ -23,7 +23,8 @@ from graphwright.util.threads import side_by_side
 FIRST = ("lexical:relationship", "lexical:chunk", "chunk")
 
 
-def write_index_files(store, cfg, model: str, kinds, seconds: dict) -> tuple[dict[str, str], dict[str, str]]:
+def write_index_files(store, cfg, model: str, kinds, seconds: dict,
+                      keys: dict | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Every kind's vector index (vector_files) and the search files: (manifest key -> path, the
     sha256 of each vector file written). `seconds` gets the time each part took (and, under
     "lexical", how each lexical index found what changed and how long it took).
@@ -33,12 +34,13 @@ def write_index_files(store, cfg, model: str, kinds, seconds: dict) -> tuple[dic
     threads take from, the ones that grow with the corpus first (FIRST), so that no large piece
     is left for one thread at the end while the other waits (a 0.1% update at 1.2M chunks: 4 s of
     lexical indexes, 3.5 s of names and graph, 2 s of other vector indexes; one thread taking
-    every lexical index left the other waiting 1.4 s)."""
+    every lexical index left the other waiting 1.4 s). `keys`: each kind's (item_id, text_hash)
+    rows as the embeddings table holds them, where the caller has them (write_vector_index)."""
     files, digests, out = {}, {}, {}
     lexical, vector = seconds.setdefault("lexical", {}), seconds.setdefault("vector_index_s", {})
 
     def vectors(kind: str) -> None:
-        files[kind], written = _timed(vector, kind, write_vector_index, store, kind, model, cfg)
+        files[kind], written = _timed(vector, kind, lambda: write_vector_index(store, kind, model, cfg, keys=(keys or {}).get(kind)))
         digests.update(written)
 
     def lexical_index(kind: str, key: str, work) -> None:

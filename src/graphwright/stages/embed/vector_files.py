@@ -30,18 +30,22 @@ from graphwright.engines.vectors.overlay import (
 from graphwright.storage import manifest
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.diff import key_column
-from graphwright.util.numeric import to_numpy
+from graphwright.util.numeric import fixed_bytes, to_numpy
 
 
 def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineConfig, at: int | None = None,
-                       rebuild: bool = False) -> tuple[str, dict[str, str]]:
+                       rebuild: bool = False, keys: pa.Table | None = None) -> tuple[str, dict[str, str]]:
     """Build the ANN index for one kind, or update the published one where it can: with an
     overlay file while the change is small (engines.vectors.overlay; any faiss index), else in
     place (engines.vectors.update_index; an HNSW index), from the embeddings table (at Delta version `at`: a repair
     rebuilds a published version's file). Returns the file's path relative to the index and the
-    sha256 of the files written (none when the file was already there)."""
+    sha256 of the files written (none when the file was already there). `keys`: the kind's
+    (item_id, text_hash) rows as the table holds them now, when the caller has them (the embed
+    stage: the rows it read, less those it deleted, and those it appended), else read."""
     where = f"kind = '{kind}' AND model = '{model}'"
-    keys = store.read("embeddings", version=at, columns=["item_id", "text_hash"], where=where).sort_by("item_id")
+    if keys is None or at is not None:
+        keys = store.read("embeddings", version=at, columns=["item_id", "text_hash"], where=where)
+    keys = by_item(keys)
     digest = ids.stable_id_of_strings("vectors", (kind, model, cfg.vectors.engine, cfg.vectors.hnsw_threshold),
                                       pa.chunked_array(keys.column("text_hash").chunks + keys.column("item_id").chunks, pa.string()),
                                       length=16)
@@ -79,6 +83,19 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
     if index is None:
         index = build_index_from_batches(keys.num_rows, vector_batches(store, where, keys, at), cfg.vectors)
     return relative, save_to(store.files, relative, index)
+
+
+def by_item(keys: pa.Table) -> pa.Table:
+    """`keys` (item_id, text_hash) sorted by item id, then text hash: the order a vector index's
+    name hashes them in, whatever order they were read in. Ids of one length are sorted as numpy
+    bytes (1.2M chunk ids: 0.4 s against Arrow's 0.9-1.3 s), unless two rows share one."""
+    ids_ = fixed_bytes(keys.column("item_id"))
+    if ids_ is not None and len(ids_) > 1:
+        order = np.argsort(ids_, kind="stable")
+        ordered = ids_[order]
+        if not (ordered[1:] == ordered[:-1]).any():
+            return keys.take(pa.array(order))
+    return keys.sort_by([("item_id", "ascending"), ("text_hash", "ascending")])
 
 
 def published_vector_file(store: IndexStore, kind: str) -> tuple[str | None, int | None]:
