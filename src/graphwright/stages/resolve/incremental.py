@@ -72,7 +72,7 @@ class Update:
     removed_relationships: pa.Array
     finish: Callable[[object], None]  # saves the state once the outputs are written (given the store)
     stats: dict = field(default_factory=dict)
-    laps: Laps = field(default_factory=Laps)  # the seconds of resolve's steps (stats["seconds"])
+    laps: Laps = field(default_factory=Laps)  # the seconds of resolve's steps (the stage puts them in its metrics)
 
 
 def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjudicate=None,
@@ -253,7 +253,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                                      chunk_names, doc_names, overflow,
                                      lambda first, k: coded.relationship_chunk_ids(chosen_pairs[first:first + k]))
     laps.lap("relationship_plans_s")
-    stats.update(seconds=laps.seconds, entities_rebuilt=len(chosen), relationships_rebuilt=len(chosen_pairs), incremental=bool(base),
+    stats.update(entities_rebuilt=len(chosen), relationships_rebuilt=len(chosen_pairs), incremental=bool(base),
                  mentions_changed=len(net_m["name"]), assertions_changed=len(net_a["source"]),
                  mentions_total=len(m["name"]))
     if link_stats is not None:
