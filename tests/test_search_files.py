@@ -291,9 +291,9 @@ def test_the_passage_graph_is_the_same_whatever_order_the_scan_gives_its_batches
         return batches
 
     monkeypatch.setattr(IndexStore, "scanner", shuffled)
-    sorted_sizes = []  # the entries grouped_order sorts: the entity edges only, not every mention
-    sort = passage_graph.grouped_order
-    monkeypatch.setattr(passage_graph, "grouped_order", lambda group: sorted_sizes.append(len(group)) or sort(group))
+    sorted_sizes = []  # the entries pair_order puts in order: the entity edges only, not every mention
+    order = passage_graph.pair_order
+    monkeypatch.setattr(passage_graph, "pair_order", lambda a, b, n_a, n_b: sorted_sizes.append(len(a)) or order(a, b, n_a, n_b))
     second, _ = passage_graph.build(store, None)
     assert {k: v.tolist() for k, v in first.items()} == {k: v.tolist() for k, v in second.items()}
     n_entities = len(first["entity_ids"])
@@ -513,7 +513,7 @@ def test_the_passage_graph_puts_the_mentions_in_place_without_sorting_every_entr
     monkeypatch.undo()
     between = len(built["indices"]) - 2 * len(owner)  # entries between two entities
     assert between != 2 * len(owner)
-    assert sorted_sizes and set(sorted_sizes) <= {len(owner), between}  # the mentions grouped by chunk, the entity edges
+    assert set(sorted_sizes) <= {len(owner), between}  # none since the entity edges are counted into place (pair_order)
     for name, array in reference.items():
         assert np.array_equal(built[name], array), name
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 RUN_VALUES = 4_000_000  # values looked up together (in_runs)
+COUNTED_KEYS_PER_ROW = 4  # grouped_order counts keys up to this many per row (a counting pass is O(rows + keys))
 
 
 def unique(values: np.ndarray) -> np.ndarray:
@@ -41,16 +42,31 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct[order], rank[encoded.indices.to_numpy()]
 
 
+def grouped_distinct(group: np.ndarray, codes: np.ndarray, n_groups: int, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group 0..n_groups-1, the distinct codes (in [0, n_codes)) its rows carry, ascending:
+    (indptr, codes), group g's a slice indptr[g]:indptr[g + 1]; what unique(group * n_codes +
+    codes) holds, without sorting every pair. scipy puts the pairs in rows by code (a counting
+    pass; each code's few groups sorted and made distinct), then in columns by group (a second
+    counting pass, codes ascending): 9.6M mentions of 53k keys over 1.2M chunks in 0.3-0.7 s,
+    where the sort took 0.9-1.0 s (synthetic, this host)."""
+    import scipy.sparse as sp
+
+    group, codes = np.asarray(group).reshape(-1), np.asarray(codes).reshape(-1)
+    if not len(group):
+        return np.zeros(n_groups + 1, np.int64), np.zeros(0, np.int32)
+    by_code = sp.csr_matrix((np.ones(len(group), np.bool_), (codes, group)), shape=(max(n_codes, 1), n_groups))
+    by_group = by_code.tocsc()
+    return by_group.indptr.astype(np.int64), by_group.indices.astype(np.int32, copy=False)
+
+
 def distinct_lists(group: np.ndarray, codes: np.ndarray, values: pa.Array, n_groups: int) -> pa.ListArray:
     """Per group 0..n_groups-1, the distinct values its rows carry, in sorted order (`codes`
     index `values` and sort as they do; a row of group -1 belongs to none)."""
     keep = group >= 0
     if not keep.all():
         group, codes = group[keep], codes[keep]
-    width = len(values) or 1
-    pairs = unique(group * width + codes)
-    offsets = np.searchsorted(pairs // width, np.arange(n_groups + 1))
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(pairs % width)))
+    offsets, distinct = grouped_distinct(group, codes, n_groups, len(values))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values.take(pa.array(distinct)))
 
 
 def distinct_counts_by_code(group: np.ndarray, codes: np.ndarray, n_groups: int) -> np.ndarray:
@@ -70,13 +86,58 @@ def distinct_counts_by_code(group: np.ndarray, codes: np.ndarray, n_groups: int)
 
 
 def grouped_order(group: np.ndarray) -> np.ndarray:
-    """np.argsort(group, kind="stable") for non-negative integer groups: the keys group * n + i
-    are distinct, so numpy's SIMD sort of values orders them where argsort falls back to timsort
-    (6M rows in 3,000 groups: 0.17 s against 0.89 s)."""
+    """np.argsort(group, kind="stable") for non-negative integer groups: a counting pass
+    (counted_order) where the groups are few beside the rows, else a sort of the distinct keys
+    group * n + i, which numpy's SIMD sort orders where argsort falls back to timsort (6M rows in
+    3,000 groups: 0.17 s against 0.89 s)."""
     n = len(group)
-    if not n or group.min() < 0 or (int(group.max()) + 1) * n >= 1 << 63:
+    if not n or group.min() < 0:
+        return np.argsort(group, kind="stable")
+    top = int(group.max()) + 1
+    if top <= COUNTED_KEYS_PER_ROW * n + (1 << 20):
+        return counted_order(group, top).astype(np.int64)
+    if top * n >= 1 << 63:
         return np.argsort(group, kind="stable")
     return np.sort(np.asarray(group, np.int64) * n + np.arange(n)) % n
+
+
+def counted_order(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """np.argsort(keys, kind="stable") for integer keys in [0, n_keys), by one counting pass
+    (scipy's transpose of a sparse matrix with one entry per row, in the key's column): 8.4M
+    keys among 53k in 0.15 s, where grouped_order's sort took 0.59 s (this host). int32 rows
+    where they fit."""
+    import scipy.sparse as sp
+
+    keys = np.asarray(keys).reshape(-1)
+    n = len(keys)
+    if not n:
+        return np.zeros(0, np.int64)
+    if int(keys.min()) < 0 or int(keys.max()) >= n_keys:  # scipy does not check, and would write out of bounds
+        raise ValueError(f"counted_order: keys outside [0, {n_keys})")
+    one_per_row = sp.csr_matrix((np.ones(n, np.int8), keys, np.arange(n + 1)), shape=(n, n_keys))
+    return one_per_row.tocsc().indices
+
+
+def pair_order(a: np.ndarray, b: np.ndarray, n_a: int, n_b: int) -> np.ndarray:
+    """np.argsort(a * n_b + b, kind="stable") for a in [0, n_a), b in [0, n_b): two counting
+    passes (b's, then a's, a radix sort) instead of a sort of every key."""
+    by_b = counted_order(b, n_b)
+    return by_b[counted_order(np.asarray(a)[by_b], n_a)]
+
+
+def pair_inverse(a: np.ndarray, b: np.ndarray, n_a: int, n_b: int) -> tuple[np.ndarray, np.ndarray]:
+    """unique_inverse(a * n_b + b) for a in [0, n_a), b in [0, n_b): the sorted distinct codes,
+    and each pair's index among them, from pair_order instead of a hash of every code (8.4M
+    assertions' endpoint pairs of 53k entities: 1.1 s against 2.4 s, this host)."""
+    a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    if not len(a):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = pair_order(a, b, n_a, n_b)
+    codes = a[order].astype(np.int64) * n_b + b[order]
+    first = np.r_[True, codes[1:] != codes[:-1]]
+    inverse = np.empty(len(a), np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return codes[first], inverse
 
 
 def transposed(rows: np.ndarray, cols: np.ndarray, n_rows: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.hierarchy import hierarchical_leiden
 from graphwright.storage import contracts
-from graphwright.util.numeric import distinct_counts_by_code, distinct_lists, in_runs, sorted_codes, to_numpy
+from graphwright.util.numeric import distinct_counts_by_code, distinct_lists, grouped_order, in_runs, sorted_codes, to_numpy
 
 
 def previous_membership(entity_ids: list[str], previous: pa.Table) -> np.ndarray:
@@ -76,7 +76,7 @@ class ChunkLists:
     names: pa.Array
 
     def __post_init__(self) -> None:
-        order = np.argsort(self.codes, kind="stable")  # in order of chunk, as every level's count reads them
+        order = grouped_order(self.codes)  # in order of chunk, as every level's count reads them (a counting pass)
         self.owner, self.codes = self.owner[order], self.codes[order]
 
     @classmethod

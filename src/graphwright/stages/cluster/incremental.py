@@ -29,7 +29,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph.graphs import dense_labels, modularity
 from graphwright.stages.cluster.hierarchy import _relabel, partition_groups, sorted_edges
 from graphwright.stages.resolve.pair_cache import mix, set_hashes
-from graphwright.util.numeric import grouped_order, to_numpy, unique_inverse
+from graphwright.util.numeric import grouped_order, pair_inverse, to_numpy, unique_inverse
 
 
 def graph_sum(node_hash: np.ndarray, edges: np.ndarray, weights: np.ndarray) -> int:
@@ -297,7 +297,7 @@ class Units:
         if not len(edges):
             return np.empty((0, 2), np.int64), np.empty(0, np.float64)
         a, b = self.unit[edges[:, 0]], self.unit[edges[:, 1]]
-        code, at = unique_inverse(np.minimum(a, b) * self.count + np.maximum(a, b))
+        code, at = pair_inverse(np.minimum(a, b), np.maximum(a, b), self.count, self.count)
         return np.column_stack([code // self.count, code % self.count]), np.bincount(at, weights, len(code))
 
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from graphwright import ids
 from graphwright.stages.embed.synonyms import read_synonyms
 from graphwright.storage.delta import IndexStore
-from graphwright.util.numeric import fixed_bytes, grouped_order, in_runs, spans, to_numpy, transposed
+from graphwright.util.numeric import fixed_bytes, in_runs, pair_order, spans, to_numpy, transposed
 
 FORMAT = 3  # 3: an entity's mention edges come last in its row
 MANIFEST_KEY = "graph"
@@ -127,12 +127,12 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     # only those), then its mentions; a chunk's row is the entities that mention it. Each part is
     # put in place from its own order instead of sorting every entry's key (19M keys at 1.2M
     # chunks, and a division and a remainder of each to cut rows from neighbours): the entity
-    # edges by grouped_order (stable: a relationship stays before a synonym edge to the same
+    # edges by pair_order (stable: a relationship stays before a synonym edge to the same
     # entity, as added), the mentions as given (by entity, then chunk), the chunks' rows as the
     # mentions' transpose (each chunk's entities in entity order). Whatever order the scan gave
     # the batches in (one that is not always the same), the rows come out the same.
     src, dst = (np.concatenate(a) if a else np.zeros(0, np.int64) for a in (sources, targets))
-    order = grouped_order(src * n_entities + dst)
+    order = pair_order(src, dst, n_entities, int(dst.max()) + 1 if len(dst) else 1)
     src, dst = src[order], dst[order]
     edges = np.bincount(src, minlength=n_entities)
     mentions_of = np.bincount(owner, minlength=n_entities)

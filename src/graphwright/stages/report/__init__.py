@@ -7,6 +7,7 @@ them skips at once (at 1.2M chunks re-planning 6,333 LLM reports from the cache 
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphwright.pipeline.errors import TooManyReportFailures
 from graphwright.pipeline.stage import Stage, Where
@@ -60,12 +61,14 @@ def execute(run, m: dict) -> dict:
     known = RowTokens.load(store.files, store, row_text)
     versions = {t: store.version(t) for t in ("entities", "relationships")}  # what planning reads
     gen = generator_of(run.config.llm)
-    to_plan, fixed, untouched = row_dicts(communities), {}, []
+    to_plan, fixed, untouched = None, {}, []
     previous_rows = row_dicts(previous) if cfg.mode == "llm" else []  # what an LLM run reuses by input hash
     if cfg.mode == "llm":  # an update plans the communities whose inputs changed, and their ancestors
         stale = stale_communities(store, memo.last_reads(), communities, previous, gen, cfg.min_size)
         if stale is not None:
-            to_plan, fixed, untouched = _fixed_plans(to_plan, stale, previous_rows, gen)
+            to_plan, fixed, untouched = _fixed_plans(communities, stale, previous_rows, gen)
+    if to_plan is None:
+        to_plan = row_dicts(communities)
     m["reports_planned"] = len(to_plan) - len(fixed)
     llm_reports = LLMReports(store, cfg, run.config.llm, to_plan, engine=run.llm.engine, known=known, fixed=fixed)
     known.save(store.files, keep=bool(fixed or untouched), versions=versions, row_format=row_text)
@@ -105,14 +108,19 @@ def execute(run, m: dict) -> dict:
     return stats
 
 
-def _fixed_plans(communities: list[dict], stale: set[str], previous: list[dict],
+def _fixed_plans(communities: pa.Table, stale: set[str], previous: list[dict],
                  gen: str) -> tuple[list[dict], dict[str, str], list[dict]]:
-    """(the communities planning needs: the stale ones and the children they may use; {id: input
-    hash} of those children that are not stale, whose reports are reused unplanned; the previous
-    report rows of the other communities that are not stale, kept as they are)."""
-    needed = stale | {k for c in communities if c["community_id"] in stale for k in c["children_ids"]}
-    kept = [c for c in communities if c["community_id"] in needed]
-    current = {c["community_id"] for c in communities}
+    """(the communities planning needs, as dicts: the stale ones and the children they may use;
+    {id: input hash} of those children that are not stale, whose reports are reused unplanned;
+    the previous report rows of the other communities that are not stale, kept as they are).
+    Only the needed rows are made Python dicts: all of them, with every level's member lists,
+    took 1.5 s of a 0.1% update at 1.2M chunks that planned under half of them."""
+    ids_ = communities.column("community_id")
+    is_stale = pc.is_in(ids_, value_set=pa.array(sorted(stale), pa.string()))
+    children = pc.list_flatten(communities.filter(is_stale).column("children_ids"))
+    needed = pa.chunked_array([pa.array(sorted(stale), pa.string()), *children.chunks], pa.string())
+    kept = row_dicts(communities.filter(pc.is_in(ids_, value_set=pc.unique(needed))))
+    current = set(ids_.to_pylist())
     reusable = {r["community_id"]: r for r in previous
                 if r["generator"] == gen and r["community_id"] in current and r["community_id"] not in stale}
     fixed = {c["community_id"]: reusable[c["community_id"]]["input_hash"] for c in kept if c["community_id"] in reusable}

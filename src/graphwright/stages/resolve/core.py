@@ -46,7 +46,7 @@ from graphwright.stages.resolve.profiles import Profiles, key_profiles
 from graphwright.storage import contracts
 from graphwright.text.names import normalize_name, resolution_key
 from graphwright.util import memory
-from graphwright.util.numeric import distinct_codes, distinct_lists, grouped_order, to_numpy, unique, unique_inverse
+from graphwright.util.numeric import distinct_codes, distinct_lists, grouped_order, pair_inverse, to_numpy, unique
 
 
 def resolve(mentions: pa.Table | Scan, assertions: pa.Table | Scan, config: ResolveConfig,
@@ -202,15 +202,17 @@ def _supported_pairs(a_src: np.ndarray, a_tgt: np.ndarray, a_keep: np.ndarray, e
     """(the assertions that support a relationship, the relationship each supports as an index
     into the third, each relationship as lo * entities + hi on its endpoints' id ranks). Rows
     are coded a slice at a time: forty million of them made a dozen temporaries of 325 MB."""
-    width, rows, codes = max(len(id_rank), 1), [np.empty(0, np.int32)], [np.empty(0, np.int64)]
+    width, rows, lo, hi = max(len(id_rank), 1), [np.empty(0, np.int32)], [np.empty(0, np.int32)], [np.empty(0, np.int32)]
     for start in range(0, len(a_keep), PART_ROWS):
         r = np.flatnonzero(a_keep[start:start + PART_ROWS]) + start
         ea, eb = entity_of_key[a_src[r]], entity_of_key[a_tgt[r]]
         differ = ea != eb  # two names of one entity support no relationship
         ra, rb = id_rank[ea[differ]], id_rank[eb[differ]]
         rows.append(r[differ].astype(np.int32))
-        codes.append(np.minimum(ra, rb) * width + np.maximum(ra, rb))
-    pairs, a_pair = unique_inverse(np.concatenate(codes))
+        lo.append(np.minimum(ra, rb).astype(np.int32))
+        hi.append(np.maximum(ra, rb).astype(np.int32))
+    # the distinct pairs by two counting passes over the ranks, not a hash of every code
+    pairs, a_pair = pair_inverse(np.concatenate(lo), np.concatenate(hi), width, width)
     return np.concatenate(rows), a_pair.astype(np.int32), pairs
 
 

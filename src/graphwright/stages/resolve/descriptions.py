@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.stages.resolve.codes import Scan, text_hashes
-from graphwright.util.numeric import grouped_order, to_numpy, unique, unique_inverse
+from graphwright.util.numeric import pair_order, to_numpy, unique, unique_inverse
 
 
 def ordered_descriptions(descriptions: list[tuple[object, str]]) -> list[str]:
@@ -83,9 +83,9 @@ class DescriptionPlan:
         # by group, then hash (rows alike in both in any order: they are counted and their
         # earliest rank taken): one sort of a key with the hashes ranked densely, about half of
         # np.lexsort's time (the 7.7M rows of the hubs a 0.1% update rebuilds at 1.2M chunks),
-        # its order made by sorting values (grouped_order), not by np.argsort
+        # its order made by two counting passes (pair_order), not by np.argsort
         distinct, h_rank = unique_inverse(h)
-        order = grouped_order(g.astype(np.int64) * max(len(distinct), 1) + h_rank)
+        order = pair_order(g, h_rank, int(g.max()) + 1 if len(g) else 1, max(len(distinct), 1))
         g, h, r, length, at = g[order], h[order], r[order], lengths[present][order].astype(np.int64), at[order]
         firsts = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (h[1:] != h[:-1])]) if len(g) else np.empty(0, np.int64)
         count = np.diff(np.r_[firsts, len(g)])

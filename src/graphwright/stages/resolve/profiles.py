@@ -14,7 +14,7 @@ import numpy as np
 from graphwright.stages.resolve.codes import group_sums
 from graphwright.stages.resolve.pair_cache import mix, set_hashes, stable_hashes
 from graphwright.stages.resolve.scoring import CodeSet, KeyProfile
-from graphwright.util.numeric import unique
+from graphwright.util.numeric import grouped_distinct
 from graphwright.util.threads import in_thread
 
 
@@ -90,15 +90,18 @@ def key_profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str],
 
 def key_chunks(k: int, m_key: np.ndarray, m_chunk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each of the `k` keys' distinct chunk codes: (codes, bounds), key i's a slice."""
-    width = int(m_chunk.max()) + 1 if len(m_chunk) else 1
-    pairs = unique(m_key * width + m_chunk)
-    return (pairs % width).astype(np.int32), np.searchsorted(pairs // width, np.arange(k + 1))
+    indptr, codes = grouped_distinct(m_key, m_chunk, k, int(m_chunk.max()) + 1 if len(m_chunk) else 1)
+    return codes, indptr
 
 
 def key_neighbours(k: int, src, tgt, keep, step: int) -> tuple[np.ndarray, np.ndarray]:
     """Each of the `k` keys' related keys, both directions: (codes, bounds), key i's a slice."""
-    once = unique(np.concatenate([np.empty(0, np.int64)] + [  # each related pair once, a slice of assertions at a time
-        unique(np.minimum(s, t) * k + np.maximum(s, t)) for s, t in
-        ((src[o:o + step][keep[o:o + step]], tgt[o:o + step][keep[o:o + step]]) for o in range(0, len(src), step))]))
-    linked = unique(np.concatenate([once, (once % k) * k + once // k]))
-    return (linked % k).astype(np.int32), np.searchsorted(linked // k, np.arange(k + 1))
+    lo, hi = [np.empty(0, np.int64)], [np.empty(0, np.int32)]
+    for o in range(0, len(src), step):  # each related pair once, a slice of assertions at a time
+        s, t = src[o:o + step][keep[o:o + step]], tgt[o:o + step][keep[o:o + step]]
+        bounds, codes = grouped_distinct(np.minimum(s, t), np.maximum(s, t), k, k)
+        lo.append(np.repeat(np.arange(k), np.diff(bounds)))
+        hi.append(codes)
+    lo, hi = np.concatenate(lo), np.concatenate(hi)
+    bounds, codes = grouped_distinct(np.concatenate([lo, hi]), np.concatenate([hi, lo]), k, k)
+    return codes, bounds
