@@ -92,7 +92,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     base = (st is not None and st.outputs == {**outputs_now, "config": config_id}
             and {"keys", "entities", "chunk_rank"} <= set(st.derived))
     st = st or state.ResolveState.empty(fingerprint, config.method)
-    sizes = {k: len(d.values) for k, d in st.dictionaries.items()}
+    sizes = {k: len(d) for k, d in st.dictionaries.items()}
     advances = state.advance_both(store, files, st, extractor)
     laps.lap("state_s")
     net_m = net_change(advances["mentions"], ("name", "type", "chunk_id", "doc_id", "count", "description", "length"))
@@ -140,7 +140,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                 for i, k in enumerate(keys):
                     profiles[k].text = f"{best[i]}: {first[i].as_py()}"[:300]
                 texts = [profiles[k].text for k in keys]
-            chunk_hash = code_hashes(st.derived.get("chunk_rank"), chunks.values)
+            chunk_hash = code_hashes(st.derived.get("chunk_rank"), chunks)
             by_position = np.empty(len(chunk_hash), np.int64)
             by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
             fp = profiles.fingerprints(by_position, texts)  # of every key, from the profiles' arrays

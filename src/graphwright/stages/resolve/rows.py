@@ -97,16 +97,20 @@ def order_kept(previous: pa.Table, rank_by_code: np.ndarray, used_now: np.ndarra
     return bool(np.all(now[1:] > now[:-1])) if len(now) > 1 else True
 
 
-def code_hashes(previous: pa.Table | None, values: list[str]) -> np.ndarray:
-    """stable_hashes of a dictionary's values in code order, reusing those of the codes the
-    previous run hashed (`previous`'s "hash" column: a dictionary only grows). At 1.2M chunks,
-    hashing every chunk id took 0.9 s of each update."""
+def code_hashes(previous: pa.Table | None, values) -> np.ndarray:
+    """stable_hashes of a dictionary's values (a codes.Dictionary, or a list) in code order,
+    reusing those of the codes the previous run hashed (`previous`'s "hash" column: a dictionary
+    only grows). At 1.2M chunks, hashing every chunk id took 0.9 s of each update; the values
+    hashed before are not made Python strings."""
+    def tail(start: int) -> list[str]:
+        return values.values_from(start) if hasattr(values, "values_from") else values[start:]
+
     have = np.empty(0, np.int64)
     if previous is not None and "hash" in previous.column_names:
         have = to_numpy(previous.column("hash"), np.int64)
-        if len(have) > len(values) or (len(have) and stable_hashes([values[len(have) - 1]])[0] != have[-1]):
+        if len(have) > len(values) or (len(have) and stable_hashes(tail(len(have) - 1)[:1])[0] != have[-1]):
             have = np.empty(0, np.int64)  # not this dictionary's
-    return np.concatenate([have, stable_hashes(values[len(have):])])
+    return np.concatenate([have, stable_hashes(tail(len(have)))])
 
 
 def build_entities(chosen: np.ndarray, m: dict, m_entity: np.ndarray, n_entities: int, names, type_names: pa.Array,

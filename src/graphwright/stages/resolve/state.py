@@ -89,14 +89,10 @@ def load(files, fingerprint_: str, method: str) -> ResolveState | None:
         return None
     state = ResolveState.empty(fingerprint_, method)
     for kind, parts in meta["dictionary_parts"].items():
-        d = state.dictionaries[kind]
-        for part in parts:
-            table = files.read_table(part)
-            values = table.column("value").to_pylist()
-            d.values.extend(values)
-            if "key" in table.column_names:
-                d._keys.extend(table.column("key").to_pylist())
-        d.code = {v: i for i, v in enumerate(d.values)}
+        tables = [files.read_table(part) for part in parts]
+        values = pa.concat_arrays([pa.array([], pa.string())] + [c.cast(pa.string()) for t in tables for c in t.column("value").chunks])
+        keys = [k for t in tables if "key" in t.column_names for k in t.column("key").to_pylist()]
+        state.dictionaries[kind] = Dictionary(state.dictionaries[kind].key, values, keys)  # kept in Arrow (codes.Dictionary)
     state.dictionary_parts = meta["dictionary_parts"]
     state.segments = meta["segments"]
     state.outputs = meta.get("outputs", {})
@@ -200,8 +196,8 @@ def save(files, state: ResolveState, run_id: str, advances: dict[str, Advance], 
         start = dictionary_sizes.get(kind, 0)
         if len(parts.get(kind, [])) >= MAX_DICTIONARY_PARTS:  # one part per run would pile up: fold them
             parts[kind], start = [], 0
-        if len(d.values) > start:
-            columns = {"value": pa.array(d.values[start:], pa.string())}
+        if len(d) > start:
+            columns = {"value": d.arrow(start)}
             if d.key is not None:
                 columns["key"] = pa.array(d._keys[start:], pa.string())
             relative = f"{ROOT}/dictionaries/{kind}-{run_id}.arrow"
