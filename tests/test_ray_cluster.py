@@ -96,3 +96,47 @@ def test_nightly_sequence_noop_add_delete(cluster, corpus, job_config, tmp_path_
     assert costs[-1]["runs_recorded"] == 4
     for c in costs[1:]:
         assert c["full_rebuild_cost"] > c["cost"]
+
+
+def test_a_submission_waits_for_the_job_agent_and_reraises_other_errors(monkeypatch):
+    """Ray's job manager refuses submissions ("No available agent ..., please try again later")
+    until a node's dashboard agent has registered, which can come after both nodes are ALIVE:
+    submit tries again for a while; any other error goes to the caller at once."""
+    import ray.job_submission as jobs
+
+    from graphwright.ops import local_cluster
+
+    attempts = []
+
+    class Client:
+        def __init__(self, address, headers):
+            pass
+
+        def submit_job(self, entrypoint):
+            attempts.append(entrypoint)
+            if len(attempts) < 3:
+                raise RuntimeError("Request failed with status code 500: No available agent to submit job, please try again later..")
+            return "job-1"
+
+        def get_job_status(self, job):
+            return jobs.JobStatus.SUCCEEDED
+
+        def get_job_logs(self, job):
+            return "done"
+
+    monkeypatch.setattr(jobs, "JobSubmissionClient", Client)
+    monkeypatch.setattr(local_cluster.time, "sleep", lambda s: None)
+    cluster = object.__new__(LocalCluster)
+    cluster.dashboard, cluster.token = "http://127.0.0.1:1", "t"
+    assert cluster.submit("jobs/nightly.py") == (str(jobs.JobStatus.SUCCEEDED), "done") and len(attempts) == 3
+
+    class Refusing(Client):
+        def submit_job(self, entrypoint):
+            attempts.append(entrypoint)
+            raise RuntimeError("Request failed with status code 400: bad entrypoint")
+
+    monkeypatch.setattr(jobs, "JobSubmissionClient", Refusing)
+    attempts.clear()
+    with pytest.raises(RuntimeError, match="bad entrypoint"):
+        cluster.submit("jobs/nightly.py")
+    assert len(attempts) == 1

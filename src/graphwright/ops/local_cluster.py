@@ -17,6 +17,7 @@ from pathlib import Path
 import requests
 
 RAY = Path(sys.executable).with_name("ray")
+AGENT_WAIT_S = 60  # how long a submission waits for the job manager to have a node's agent
 
 
 def _free_ports(n: int) -> list[int]:
@@ -90,8 +91,19 @@ class LocalCluster:
         from ray.job_submission import JobStatus, JobSubmissionClient
 
         client = JobSubmissionClient(self.dashboard, headers=self.auth)
-        job = client.submit_job(entrypoint=" ".join([sys.executable, *args]))
         deadline = time.time() + timeout
+        agent_deadline = time.time() + AGENT_WAIT_S
+        while True:
+            try:
+                job = client.submit_job(entrypoint=" ".join([sys.executable, *args]))
+                break
+            except RuntimeError as e:
+                # the job manager answers 500 "No available agent to submit job, please try again
+                # later" until a node's dashboard agent has registered with it, which can come
+                # seconds after the node is ALIVE (a CI run's first submission met it)
+                if "No available agent" not in str(e) or time.time() > agent_deadline:
+                    raise
+                time.sleep(1)
         while (status := client.get_job_status(job)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
             if time.time() > deadline:
                 client.stop_job(job)
