@@ -103,19 +103,15 @@ def grouped_order(group: np.ndarray) -> np.ndarray:
 
 def counted_order(keys: np.ndarray, n_keys: int) -> np.ndarray:
     """np.argsort(keys, kind="stable") for integer keys in [0, n_keys), by one counting pass
-    (scipy's transpose of a sparse matrix with one entry per row, in the key's column): 8.4M
-    keys among 53k in 0.15 s, where grouped_order's sort took 0.59 s (this host). int32 rows
-    where they fit."""
-    import scipy.sparse as sp
-
+    (transposed, each row holding one key): 8.4M keys among 53k in 0.15 s, where grouped_order's
+    sort took 0.59 s (this host). int32 rows where they fit."""
     keys = np.asarray(keys).reshape(-1)
     n = len(keys)
     if not n:
         return np.zeros(0, np.int64)
     if int(keys.min()) < 0 or int(keys.max()) >= n_keys:  # scipy does not check, and would write out of bounds
         raise ValueError(f"counted_order: keys outside [0, {n_keys})")
-    one_per_row = sp.csr_matrix((np.ones(n, np.int8), keys, np.arange(n + 1)), shape=(n, n_keys))
-    return one_per_row.tocsc().indices
+    return transposed(np.arange(n), keys, n, n_keys)[1]
 
 
 def pair_order(a: np.ndarray, b: np.ndarray, n_a: int, n_b: int) -> np.ndarray:

@@ -132,7 +132,7 @@ def build(store: IndexStore, synonyms: str | None, keys: tuple[pa.Array, pa.Arra
     # mentions' transpose (each chunk's entities in entity order). Whatever order the scan gave
     # the batches in (one that is not always the same), the rows come out the same.
     src, dst = (np.concatenate(a) if a else np.zeros(0, np.int64) for a in (sources, targets))
-    order = pair_order(src, dst, n_entities, int(dst.max()) + 1 if len(dst) else 1)
+    order = pair_order(src, dst, n_entities, n_entities)
     src, dst = src[order], dst[order]
     edges = np.bincount(src, minlength=n_entities)
     mentions_of = np.bincount(owner, minlength=n_entities)

@@ -44,7 +44,7 @@ class Dictionary:
         self.key = key
         self._loaded = pa.array([], pa.string()) if loaded is None else loaded.cast(pa.string())
         self._added: list[str] = []  # values coded after those loaded
-        self._list: list[str] | None = None if len(self._loaded) else self._added  # `values`, once made
+        self._list: list[str] | None = None  # the loaded values and the added ones, once asked for
         self._keys: list[str] = list(keys or [])
         self._code: dict[str, int] = {}  # value -> code: the added values', or every value's once made
         self._whole = not len(self._loaded)  # whether _code holds the loaded values too
@@ -56,6 +56,8 @@ class Dictionary:
     @property
     def values(self) -> list[str]:
         """Every value, in code order, as Python strings (made once; values coded later join it)."""
+        if not len(self._loaded):
+            return self._added
         if self._list is None:
             self._list = self._loaded.to_pylist() + self._added
         return self._list
@@ -100,7 +102,7 @@ class Dictionary:
             if code is None:
                 code = local[j] = self._code[value] = len(self)
                 self._added.append(value)
-                if self._list is not None and self._list is not self._added:
+                if self._list is not None:
                     self._list.append(value)
                 if self.key is not None:
                     self._keys.append(self.key(value))

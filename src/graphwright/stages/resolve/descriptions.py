@@ -85,7 +85,7 @@ class DescriptionPlan:
         # np.lexsort's time (the 7.7M rows of the hubs a 0.1% update rebuilds at 1.2M chunks),
         # its order made by two counting passes (pair_order), not by np.argsort
         distinct, h_rank = unique_inverse(h)
-        order = pair_order(g, h_rank, int(g.max()) + 1 if len(g) else 1, max(len(distinct), 1))
+        order = pair_order(g, h_rank, max(n_groups, 1), max(len(distinct), 1))
         g, h, r, length, at = g[order], h[order], r[order], lengths[present][order].astype(np.int64), at[order]
         firsts = np.flatnonzero(np.r_[True, (g[1:] != g[:-1]) | (h[1:] != h[:-1])]) if len(g) else np.empty(0, np.int64)
         count = np.diff(np.r_[firsts, len(g)])
