@@ -1,8 +1,11 @@
-"""IndexFiles.write_file: a file the caller gives up is renamed into a local index, not copied."""
+"""IndexFiles: a file the caller gives up is renamed into a local index, not copied; tables and
+arrays are streamed into a local index and read from it without being made bytes first."""
 
 import errno
 import os
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from graphwright.storage import location
@@ -79,3 +82,32 @@ def test_arrays_written_as_arrow_are_read_memory_mapped_and_npz_files_still_read
     empty = {"name": np.zeros(0, np.int32)}
     files.write_arrays("state/empty.arrow", **empty)
     assert files.read_arrays("state/empty.arrow")["name"].dtype == np.int32
+
+
+def test_a_local_index_streams_tables_and_arrays_into_place_and_maps_them_back(tmp_path, monkeypatch):
+    """No bytes object of a whole table or array file is made (a put of one, or a read of one),
+    the file appears whole under its name, and a write that fails leaves neither it nor a
+    temporary file behind."""
+    def no_bytes(*args, **kwargs):
+        raise AssertionError("made as bytes")
+
+    files = IndexFiles(tmp_path / "root")
+    monkeypatch.setattr(IndexFiles, "write_bytes", no_bytes)
+    monkeypatch.setattr(IndexFiles, "read_bytes", no_bytes)
+    table = pa.table({"id": pa.array(["a", "b"]), "n": pa.array([1, 2])}).replace_schema_metadata({"k": "v"})
+    files.write_table("state/x/t.arrow", table)
+    files.write_arrays("state/x/a.npz", codes=np.arange(5), weights=np.ones(3, np.float32))
+    files.write_arrays("state/x/b.arrow", codes=np.arange(4))
+    assert files.read_table("state/x/t.arrow").equals(table) and files.read_table("state/x/t.arrow").schema.metadata == {b"k": b"v"}
+    arrays = files.read_arrays("state/x/a.npz")
+    assert arrays["codes"].tolist() == [0, 1, 2, 3, 4] and arrays["weights"].tolist() == [1.0] * 3
+    assert files.read_arrays("state/x/b.arrow")["codes"].tolist() == [0, 1, 2, 3]
+    files.write_table("state/x/t.arrow", table.slice(1))  # replaced whole
+    assert files.read_table("state/x/t.arrow").column("id").to_pylist() == ["b"]
+
+    class Broken:
+        schema = table.schema
+
+    with pytest.raises(Exception):
+        files.write_table("state/x/u.arrow", Broken())
+    assert sorted(p.name for p in (tmp_path / "root" / "state" / "x").iterdir()) == ["a.npz", "b.arrow", "t.arrow"]

@@ -348,6 +348,19 @@ def _planned_from_rows(server, corpus, tmp_path):
                                                                          cfg.llm.model, lineage=lineage_of(ent, rel))
 
 
+def test_members_the_rows_lack_are_left_out_of_the_plans(server, corpus, tmp_path):
+    """A community listing an entity or a relationship its rows do not hold (an index read at
+    pins another run moved past) is planned as if it did not list it; the others as before."""
+    from graphwright.stages.report.llm import lineage_of, plan_reports
+
+    cfg, store, communities, (ent, rel, chunk_text), full = _planned_from_rows(server, corpus, tmp_path)
+    widened = [c | {"entity_ids": [*c["entity_ids"], "e-gone"], "relationship_ids": ["r-gone", *c["relationship_ids"]]}
+               if i % 2 else c for i, c in enumerate(communities)]
+    plans = plan_reports(widened, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))
+    assert {c: (p.input_hash, p.tokens, p.chunks) for c, p in plans.items()} == \
+        {c: (p.input_hash, p.tokens, p.chunks) for c, p in full.items()}
+
+
 @pytest.mark.parametrize("source", ["lineage", "tables"])
 def test_planning_codes_the_chunk_lists_as_arrow_without_python_strings(server, corpus, tmp_path, monkeypatch, source):
     """The chunk lists of the members of the communities an update plans are millions of ids at

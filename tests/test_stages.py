@@ -4,6 +4,7 @@ test corpus (the stages before it run first)."""
 import json
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 from _helpers import (
     CORPUS,
@@ -106,21 +107,23 @@ def test_a_chunk_update_reads_the_chunks_once_and_keeps_the_chunks_a_new_version
         run = Run(store, make_config(ingest={"max_delete_fraction": 1.0}), "run-test", StageProgress(False), lambda m: None,
                   Request(sources=[str(src)]))
         for name in ("ingest", "chunk"):
-            reads.clear()
+            reads.clear(), joined.clear()
             with run.stage(name) as metrics:
                 out = definition.by_name(name).execute(run, metrics)
-        out["reads"] = list(reads)  # the chunk stage's
+        out["reads"], out["joined"] = list(reads), list(joined)  # the chunk stage's
         return out, sorted(store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash", "text"]).to_pylist(), key=str)
 
-    src, reads = tmp_path / "src", []
+    src, reads, joined = tmp_path / "src", [], []
     src.mkdir()
     first = {"a": "\n\n".join(paragraph(i) for i in range(6)), "b": paragraph(9)}
     _, before = chunk_rows(tmp_path / "index", src, first)
-    read = IndexStore.read
+    read, join = IndexStore.read, pc.binary_join_element_wise
     monkeypatch.setattr(IndexStore, "read", lambda self, name, *a, **k: reads.append(name) or read(self, name, *a, **k))
+    monkeypatch.setattr(pc, "binary_join_element_wise", lambda *a, **k: joined.append(len(a[0])) or join(*a, **k))
     second = {"a": "\n\n".join(paragraph(i) for i in (0, 1, 2, 3, 4, 7))}  # a's last paragraph changes, b goes
     out, after = chunk_rows(tmp_path / "index", src, second)
     assert out["reads"].count("chunks") == 1
+    assert not out["joined"]  # (document, hash) pairs matched by hash joins, not joined into strings per chunk
     repeated = {r["chunk_id"] for r in before} & {r["chunk_id"] for r in after}
     assert repeated and out["chunks_removed"] > 0
     assert after == chunk_rows(tmp_path / "fresh", src, second)[1]

@@ -14,7 +14,6 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.stages.chunk.plan import ANCHOR_EVERY, plan_chunks, split_spans  # noqa: F401  (re-exported)
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
-from graphwright.storage.diff import key_column
 from graphwright.storage.patch import patch_table
 from graphwright.text.tokens import whole_spans
 
@@ -68,11 +67,11 @@ def execute(run, m: dict) -> dict:
     store, cfg = run.store, run.config
     docs = store.read("documents", columns=["doc_id", "content_hash"])
     chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
-    # (document, content hash) pairs compared as Arrow keys: Python sets of 1.2M tuples took seconds
-    current = key_column(docs, ("doc_id", "content_hash"))
-    chunk_keys = key_column(chunks, ("doc_id", "doc_hash"))
-    fresh = pc.invert(pc.is_in(current, value_set=chunk_keys))
-    todo = sorted(docs.column("doc_id").filter(fresh).to_pylist())
+    # (document, content hash) pairs matched by Arrow's hash joins: the documents no chunk was
+    # cut from, and below the chunks no document now has (1.2M chunks: 0.1 s, where the pairs
+    # joined as strings and looked up took 0.15-0.74 s, and Python sets of tuples seconds)
+    cut = chunks.select(["doc_id", "doc_hash"]).group_by(["doc_id", "doc_hash"]).aggregate([])
+    todo = sorted(docs.join(cut, ["doc_id", "content_hash"], ["doc_id", "doc_hash"], join_type="left anti").column("doc_id").to_pylist())
     written, written_ids = 0, []
     if todo:
         texts = store.rows_in("documents", "doc_id", todo, ["doc_id", "content_hash", "text"])
@@ -90,12 +89,12 @@ def execute(run, m: dict) -> dict:
     # chunks of deleted documents, or cut from a document version that is gone: found among the
     # rows read before (this run's chunks are of current versions), less the ids written again
     # (a patched-in chunk replaced its row). Reading the table again took 0.6 s at 1.2M chunks.
-    stale = chunks.column("chunk_id").filter(pc.invert(pc.is_in(chunk_keys, value_set=current)))
+    stale = chunks.join(docs, ["doc_id", "doc_hash"], ["doc_id", "content_hash"], join_type="left anti").column("chunk_id")
     if written_ids and len(stale):
         stale = stale.filter(pc.invert(pc.is_in(stale, value_set=pa.chunked_array(written_ids).combine_chunks())))
     removed = patch_table(store, "chunks", stale.combine_chunks(), [])["rows_removed"] if len(stale) else 0
     m.update(rows_in=len(todo), rows_out=written, documents_chunked=len(todo), chunks_written=written, chunks_removed=removed,
-             work_unit="documents", work_done=len(todo), work_total=len(current))
+             work_unit="documents", work_done=len(todo), work_total=docs.num_rows)
     return {"chunked_documents": len(todo), "chunks_written": written, "chunks_removed": removed}
 
 

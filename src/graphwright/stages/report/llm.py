@@ -25,6 +25,7 @@ from graphwright.stages.extract.parse import ParseError, loads_lenient
 from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.stages.report.support import Lineage, Support
 from graphwright.text.tokens import count_tokens, token_spans, truncate_at, truncate_tokens, whole_spans
+from graphwright.util.rows import ranked
 
 PROMPT_VERSION = "report-v1"
 TABLES = ("Entities", "Relationships", "Sources", "Reports")
@@ -170,9 +171,14 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     r_cost = _Costs(relationship_text, count, known.of_ids("relationships", rel) if known else None)
     order = sorted(eligible.values(), key=lambda c: (-c["level"], c["community_id"]))
     rows: dict[str, tuple] = {}  # what each plan lists: (entities, relationships, children, room for text units)
+    # the members the rows lack (none in a consistent index), found once in set operations
+    # instead of looking up each member of each community (a top community's 362k relationships)
+    planned = [c for c in order if c["community_id"] not in fixed]
+    absent = (set().union(*(c["entity_ids"] for c in planned)).difference(ent),
+              set().union(*(c["relationship_ids"] for c in planned)).difference(rel))
     for c in order:  # deepest first: a parent's children are planned before it
         cid = c["community_id"]
-        rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config)
+        rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config, absent)
     takers = [cid for cid, planned in rows.items() if planned is not None and not planned[2] and planned[3] > 0
               and config.context_chunks > 0]
     support = (lineage or lineage_of(ent, rel))({e for cid in takers for e in eligible[cid]["entity_ids"]},
@@ -200,12 +206,13 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     return plans
 
 
-def _rows(c, eligible, planned, ent, rel, e_cost, r_cost, config) -> tuple[list[str], list[str], list[str], int]:
+def _rows(c, eligible, planned, ent, rel, e_cost, r_cost, config, absent: tuple[set, set]) -> tuple[list[str], list[str], list[str], int]:
     """The rows a community's context lists, the children whose reports stand in for the rest,
-    and the room left for text units (when it uses no child report)."""
+    and the room left for text units (when it uses no child report). `absent`: the entity and
+    relationship ids of the planned communities that `ent` and `rel` lack."""
     budget, share = config.context_tokens, config.child_report_tokens
-    keep_e = [e for e in c["entity_ids"] if e in ent]
-    keep_r = [r for r in c["relationship_ids"] if r in rel]
+    keep_e, keep_r = ([x for x in c[key] if x not in lacking] if lacking else list(c[key])
+                      for key, lacking in (("entity_ids", absent[0]), ("relationship_ids", absent[1])))
 
     def fits(es, rs, n_children) -> bool:
         if MIN_ROW_COST * (len(es) + len(rs)) + share * n_children > budget:
@@ -255,8 +262,7 @@ def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_
 def _trim(es, rs, ent, rel, e_cost, r_cost, budget) -> tuple[list[str], list[str]]:
     """Entities by degree and relationships by weight, alternately, while they fit (a row is
     costed only while some room is left)."""
-    ranked_e = sorted(es, key=lambda e: (-ent[e]["degree"], e))
-    ranked_r = sorted(rs, key=lambda r: (-rel[r]["weight"], r))
+    ranked_e, ranked_r = ranked(ent, es, "degree"), ranked(rel, rs, "weight")
     kept_e, kept_r, used = [], [], 0
     for i in range(max(len(ranked_e), len(ranked_r))):
         if budget - used < MIN_ROW_COST:

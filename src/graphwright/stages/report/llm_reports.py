@@ -21,7 +21,7 @@ from graphwright.storage import contracts
 from graphwright.storage import lineage as lineage_codes
 from graphwright.storage.delta import IndexStore
 from graphwright.util.laps import Laps
-from graphwright.util.rows import row_dicts
+from graphwright.util.rows import RowMap, row_dicts
 from graphwright.util.threads import side_by_side
 
 # without their chunk lists, which only the communities that take text units read (lineage)
@@ -58,8 +58,8 @@ class LLMReports:
         self.engine = engine or (lambda: _query_engine(llm))
         pins = pins or {}
 
-        def rows(name: str, column: str, values, columns: list[str]) -> list[dict]:  # one scan for many keys
-            return row_dicts(store.rows_in(name, column, values, columns, version=pins.get(name)))
+        def rows(name: str, column: str, values, columns: list[str]) -> pa.Table:  # one scan for many keys
+            return store.rows_in(name, column, values, columns, version=pins.get(name))
 
         fixed = fixed or {}
         planned = [c for c in communities if c["community_id"] not in fixed]
@@ -67,20 +67,18 @@ class LLMReports:
         ent, rel = side_by_side(lambda: rows("entities", "entity_id", members, ENTITY_COLUMNS),
                                  lambda: rows("relationships", "relationship_id", {r for c in planned for r in c["relationship_ids"]},
                                               RELATIONSHIP_COLUMNS), "report-rows")
-        self.ent = {r["entity_id"]: r for r in ent}
-        self.rel = {r["relationship_id"]: r for r in rel}
+        self.ent, self.rel = RowMap(ent, "entity_id"), RowMap(rel, "relationship_id")
         laps.lap("rows_s")
 
         def chunk_text(wanted: set[str]) -> dict[str, str]:
-            return {r["chunk_id"]: r["text"] for r in rows("chunks", "chunk_id", wanted, ["chunk_id", "text"])}
+            return {r["chunk_id"]: r["text"] for r in row_dicts(rows("chunks", "chunk_id", wanted, ["chunk_id", "text"]))}
 
         coded = lineage_codes.current(store, pins)  # resolve's codes of the chunk lists, if they are of these versions
 
         def lineage(entity_ids: set[str], relationship_ids: set[str]) -> Support:  # as Arrow lists, coded once
             if coded is not None:
-                rels = [self.rel[r] for r in relationship_ids if r in self.rel]
                 return Support(coded.chunk_ids, coded.entity_lists(entity_ids), coded.relationship_lists(
-                    *([r[c] for r in rels] for c in ("relationship_id", "source_id", "target_id"))))
+                    *self.rel.columns_of(relationship_ids, ["relationship_id", "source_id", "target_id"])))
 
             def lists(name: str, key: str, wanted: set[str]) -> Callable:
                 return lambda: store.rows_in(name, key, wanted, [key, "chunk_ids"], version=pins.get(name)) if wanted else None
