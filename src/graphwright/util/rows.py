@@ -31,7 +31,7 @@ class RowMap(Mapping):
         self._table, self._names = table, table.column_names
         self._columns = [table.column(c).to_pylist() for c in self._names]
         self._at = {k: i for i, k in enumerate(self._columns[self._names.index(key)])}
-        self._key, self._key_rank = key, None
+        self._key, self._key_rank, self._numbers = key, None, {}
 
     def __getitem__(self, key) -> dict:
         i = self._at[key]
@@ -60,8 +60,10 @@ class RowMap(Mapping):
             order = pc.sort_indices(self._table.column(self._key)).to_numpy()
             self._key_rank = np.empty(len(order), np.int64)
             self._key_rank[order] = np.arange(len(order))
+        if column not in self._numbers:
+            self._numbers[column] = to_numpy(self._table.column(column), np.float64)
         at = np.fromiter((self._at[k] for k in keys), np.int64, len(keys))
-        values = to_numpy(self._table.column(column), np.float64)[at]
+        values = self._numbers[column][at]
         return [keys[i] for i in np.lexsort((self._key_rank[at], -values)).tolist()]
 
 
