@@ -102,8 +102,10 @@ def test_a_local_index_streams_tables_and_arrays_into_place_and_maps_them_back(t
     arrays = files.read_arrays("state/x/a.npz")
     assert arrays["codes"].tolist() == [0, 1, 2, 3, 4] and arrays["weights"].tolist() == [1.0] * 3
     assert files.read_arrays("state/x/b.arrow")["codes"].tolist() == [0, 1, 2, 3]
+    held = files.read_table("state/x/t.arrow")
     files.write_table("state/x/t.arrow", table.slice(1))  # replaced whole
     assert files.read_table("state/x/t.arrow").column("id").to_pylist() == ["b"]
+    assert held.equals(table)  # a table read before stays whole: the file was renamed over, not rewritten
 
     class Broken:
         schema = table.schema
@@ -111,3 +113,21 @@ def test_a_local_index_streams_tables_and_arrays_into_place_and_maps_them_back(t
     with pytest.raises(Exception):
         files.write_table("state/x/u.arrow", Broken())
     assert sorted(p.name for p in (tmp_path / "root" / "state" / "x").iterdir()) == ["a.npz", "b.arrow", "t.arrow"]
+
+
+def test_the_temporary_files_of_a_killed_write_are_swept_with_the_other_leftovers(tmp_path):
+    """A process killed between writing a state file's temporary file and renaming it leaves the
+    temporary file; the sweep the next run makes under the run lock (clear_leftovers) removes it,
+    outside the Delta tables, and nothing else."""
+    from graphwright.pipeline.staging import clear_leftovers
+
+    files = IndexFiles(tmp_path / "root")
+    files.write_table("state/resolve/kept.arrow", pa.table({"n": [1]}))
+    files.write_bytes("tables/chunks/part-0.parquet", b"data")
+    for left in ("state/resolve/.kept.arrow.11-22-3.tmp", "lexical/.chunk-ab.ids.arrow.11-22-4.tmp"):
+        files.write_bytes(left, b"partial")
+    assert files.partial_writes() == ["lexical/.chunk-ab.ids.arrow.11-22-4.tmp", "state/resolve/.kept.arrow.11-22-3.tmp"]
+    assert clear_leftovers(files, dry_run=True) == 2 and len(files.partial_writes()) == 2
+    assert clear_leftovers(files) == 2 and files.partial_writes() == []
+    assert files.list("state") == ["state/resolve/kept.arrow"] and files.list("tables") == ["tables/chunks/part-0.parquet"]
+    assert IndexFiles("s3://bucket/index").partial_writes() == []

@@ -348,12 +348,18 @@ def _planned_from_rows(server, corpus, tmp_path):
                                                                          cfg.llm.model, lineage=lineage_of(ent, rel))
 
 
-def test_members_the_rows_lack_are_left_out_of_the_plans(server, corpus, tmp_path):
+@pytest.mark.parametrize("rows", ["dicts", "row maps"])
+def test_members_the_rows_lack_are_left_out_of_the_plans(server, corpus, tmp_path, rows):
     """A community listing an entity or a relationship its rows do not hold (an index read at
-    pins another run moved past) is planned as if it did not list it; the others as before."""
+    pins another run moved past) is planned as if it did not list it; the others as before,
+    from rows as dicts or as RowMaps over Arrow tables (what LLMReports hands over)."""
     from graphwright.stages.report.llm import lineage_of, plan_reports
+    from graphwright.util.rows import RowMap
 
     cfg, store, communities, (ent, rel, chunk_text), full = _planned_from_rows(server, corpus, tmp_path)
+    if rows == "row maps":
+        ent = RowMap(pa.Table.from_pylist(list(ent.values())), "entity_id")
+        rel = RowMap(pa.Table.from_pylist(list(rel.values())), "relationship_id")
     widened = [c | {"entity_ids": [*c["entity_ids"], "e-gone"], "relationship_ids": ["r-gone", *c["relationship_ids"]]}
                if i % 2 else c for i, c in enumerate(communities)]
     plans = plan_reports(widened, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))

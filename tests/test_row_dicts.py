@@ -40,3 +40,8 @@ def test_a_row_map_is_the_dict_of_the_rows_by_key_and_ranks_keys_as_a_python_sor
     wanted = rng.sample(sorted(as_dicts), 1500)
     assert rows.ranked(wanted, "weight") == ranked(as_dicts, wanted, "weight") == sorted(wanted, key=lambda k: (-as_dicts[k]["weight"], k))
     assert ranked(rows, [], "weight") == []
+    degrees = pa.table({"entity_id": ["b", "a", "c", "d"], "degree": pa.array([3, 3, 9, 1], pa.int64()),
+                        "score": [1.0, float("nan"), 2.0, 0.5]})
+    entities = RowMap(degrees, "entity_id")
+    assert entities.ranked(["d", "a", "b", "c"], "degree") == ["c", "a", "b", "d"]
+    assert entities.ranked(["a", "b", "c", "d"], "score") == ["c", "b", "d", "a"]  # a NaN ranks last

@@ -86,11 +86,14 @@ class Staging:
 
 
 def clear_leftovers(files: IndexFiles, *, dry_run: bool = False) -> int:
-    """Remove every staged file (killed runs' leftovers: only call it holding the run lock); the
-    number of files."""
+    """Remove every staged file and every partly written state file (killed runs' leftovers:
+    only call it holding the run lock); the number of files."""
+    partial = files.partial_writes()
     if dry_run:
-        return len(files.list(ROOT))
-    return _remove(files, ROOT)
+        return len(files.list(ROOT)) + len(partial)
+    for relative in partial:
+        files.delete(relative)
+    return _remove(files, ROOT) + len(partial)
 
 
 def _remove(files: IndexFiles, prefix: str) -> int:

@@ -68,10 +68,9 @@ def execute(run, m: dict) -> dict:
     docs = store.read("documents", columns=["doc_id", "content_hash"])
     chunks = store.read("chunks", columns=["chunk_id", "doc_id", "doc_hash"])
     # (document, content hash) pairs matched by Arrow's hash joins: the documents no chunk was
-    # cut from, and below the chunks no document now has (1.2M chunks: 0.1 s, where the pairs
-    # joined as strings and looked up took 0.15-0.74 s, and Python sets of tuples seconds)
-    cut = chunks.select(["doc_id", "doc_hash"]).group_by(["doc_id", "doc_hash"]).aggregate([])
-    todo = sorted(docs.join(cut, ["doc_id", "content_hash"], ["doc_id", "doc_hash"], join_type="left anti").column("doc_id").to_pylist())
+    # cut from, and below the chunks no document now has (1.2M chunks: 0.13-0.38 s for both,
+    # where the pairs joined as strings and looked up took 0.15-0.74 s, Python sets seconds)
+    todo = sorted(chunks.join(docs, ["doc_id", "doc_hash"], ["doc_id", "content_hash"], join_type="right anti").column("doc_id").to_pylist())
     written, written_ids = 0, []
     if todo:
         texts = store.rows_in("documents", "doc_id", todo, ["doc_id", "content_hash", "text"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from graphwright import ids
@@ -141,7 +141,7 @@ class _Costs:
         return self.of([i])[0] if cost is None else cost
 
 
-def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Callable[[set[str]], dict[str, str]], config,
+def plan_reports(communities: list[dict], ent: Mapping, rel: Mapping, chunk_text: Callable[[set[str]], dict[str, str]], config,
                  model: str, known: RowTokens | None = None, fixed: dict[str, str] | None = None,
                  lineage: Lineage | None = None) -> dict[str, Plan]:
     """A plan per community of at least `min_size` entities among `communities` (which must
@@ -173,9 +173,9 @@ def plan_reports(communities: list[dict], ent: dict, rel: dict, chunk_text: Call
     rows: dict[str, tuple] = {}  # what each plan lists: (entities, relationships, children, room for text units)
     # the members the rows lack (none in a consistent index), found once in set operations
     # instead of looking up each member of each community (a top community's 362k relationships)
-    planned = [c for c in order if c["community_id"] not in fixed]
-    absent = (set().union(*(c["entity_ids"] for c in planned)).difference(ent),
-              set().union(*(c["relationship_ids"] for c in planned)).difference(rel))
+    to_plan = [c for c in order if c["community_id"] not in fixed]
+    absent = (set().union(*(c["entity_ids"] for c in to_plan)).difference(ent),
+              set().union(*(c["relationship_ids"] for c in to_plan)).difference(rel))
     for c in order:  # deepest first: a parent's children are planned before it
         cid = c["community_id"]
         rows[cid] = None if cid in fixed else _rows(c, eligible, rows, ent, rel, e_cost, r_cost, config, absent)
@@ -211,8 +211,10 @@ def _rows(c, eligible, planned, ent, rel, e_cost, r_cost, config, absent: tuple[
     and the room left for text units (when it uses no child report). `absent`: the entity and
     relationship ids of the planned communities that `ent` and `rel` lack."""
     budget, share = config.context_tokens, config.child_report_tokens
-    keep_e, keep_r = ([x for x in c[key] if x not in lacking] if lacking else list(c[key])
-                      for key, lacking in (("entity_ids", absent[0]), ("relationship_ids", absent[1])))
+    def held(key: str, lacking: set) -> list[str]:
+        return [x for x in c[key] if x not in lacking] if lacking else list(c[key])
+
+    keep_e, keep_r = held("entity_ids", absent[0]), held("relationship_ids", absent[1])
 
     def fits(es, rs, n_children) -> bool:
         if MIN_ROW_COST * (len(es) + len(rs)) + share * n_children > budget:
