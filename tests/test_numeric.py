@@ -186,7 +186,7 @@ def test_grouped_distinct_lists_each_groups_distinct_codes_in_order_without_sort
     for (group, codes, k, w), (indptr, distinct) in zip(inputs, expected):
         got_indptr, got = grouped_distinct(group, codes, k, w)
         assert got_indptr.tolist() == indptr and got.tolist() == distinct
-        assert lineage._lists(group, codes, k, w)[1].tolist() == distinct
+        assert lineage.entity_lists(np.arange(k), group, codes, w)[1].tolist() == distinct
         assert key_chunks(k, group, codes)[0].tolist() == distinct
     group, codes, k, w = inputs[3]
     lists = distinct_lists(group, codes, values, k).to_pylist()

@@ -94,7 +94,7 @@ def entity_lists(id_rank: np.ndarray, m_entity: np.ndarray, m_chunk: np.ndarray,
     ids, whose sorted position is `id_rank`) and chunk (a position among `n_chunks` sorted chunk
     ids): two counting passes over ~10M codes at 1.2M chunks (grouped_distinct), scipy's,
     without the GIL, which resolve makes while it finds the relationships."""
-    return _lists(id_rank[m_entity] if len(m_entity) else m_entity, m_chunk, len(id_rank), n_chunks)
+    return grouped_distinct(id_rank[m_entity] if len(m_entity) else m_entity, m_chunk, len(id_rank), n_chunks)
 
 
 def build(chunk_ids: pa.Array, entity_ids: list[str], id_rank: np.ndarray, entities: tuple[np.ndarray, np.ndarray],
@@ -104,12 +104,8 @@ def build(chunk_ids: pa.Array, entity_ids: list[str], id_rank: np.ndarray, entit
     position in the sorted `chunk_ids`)."""
     order = np.argsort(id_rank)
     by_rank = pa.array(entity_ids, pa.string()).take(pa.array(order)) if len(entity_ids) else pa.array([], pa.string())
-    rel_indptr, rel_codes = _lists(a_pair, a_chunk, len(pairs), len(chunk_ids))
+    rel_indptr, rel_codes = grouped_distinct(a_pair, a_chunk, len(pairs), len(chunk_ids))
     return Lineage(chunk_ids, by_rank, *entities, pairs.astype(np.int64), rel_indptr, rel_codes, {})
-
-
-def _lists(owner: np.ndarray, codes: np.ndarray, n_owners: int, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
-    return grouped_distinct(owner, codes, n_owners, n_codes)
 
 
 def _list_array(indptr: np.ndarray, codes: np.ndarray, positions: np.ndarray, names: pa.Array,
