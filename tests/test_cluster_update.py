@@ -224,7 +224,7 @@ def test_the_fresh_top_level_of_a_large_graph_runs_in_a_process_when_the_engine_
     assert np.array_equal(update._fresh_top_of(Broken(), n, edges, weights, CONFIG, engine)(), expected)
 
 
-def test_an_update_that_will_want_the_process_starts_its_forkserver_before_reading_the_graph(monkeypatch):
+def test_prepare_starts_the_forkserver_only_where_the_update_will_want_its_process(monkeypatch):
     from graphwright.stages.cluster import update
 
     started = []
@@ -236,6 +236,38 @@ def test_an_update_that_will_want_the_process_starts_its_forkserver_before_readi
     monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 2_000_000)
     update.prepare(None, CONFIG, make_engine("igraph"))  # too small to repay a process
     assert started == [True]
+
+
+def test_an_index_run_starts_the_forkserver_before_its_first_stage(tmp_path, monkeypatch):
+    """The forkserver takes about 1.3 s of a core to start: the run starts it (the cluster stage's
+    `prepare`) while ingest and extract leave a core idle, not when cluster begins."""
+    import dataclasses
+
+    from _helpers import make_config, run, two_documents
+
+    from graphwright.pipeline import definition
+    from graphwright.stages.cluster import update
+
+    class Stop(Exception):
+        pass
+
+    events = []
+    monkeypatch.setattr(update, "start_forkserver", lambda: events.append("forkserver"))
+    monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 0)
+
+    def first_stage(run_, metrics):
+        events.append(definition.INDEX[0].name)
+        raise Stop
+
+    monkeypatch.setattr(definition, "INDEX", (dataclasses.replace(definition.INDEX[0], execute=first_stage), *definition.INDEX[1:]))
+    corpus = two_documents(tmp_path)
+    with pytest.raises(Stop):
+        run([corpus], tmp_path / "index", make_config())
+    assert events == ["forkserver", "ingest"]
+    events.clear()
+    with pytest.raises(Stop):  # a configuration without the update's quality check starts none
+        run([corpus], tmp_path / "index", make_config(cluster={"refresh_gain": None}))
+    assert events == ["ingest"]
 
 
 @pytest.mark.parametrize("gain", [0.001, 5.0])

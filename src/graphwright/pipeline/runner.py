@@ -97,10 +97,12 @@ def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
         for name in run.request.rebuild:
             if store.exists(name):
                 store.overwrite(name, contracts.empty(name))
+        enabled = [stage for stage in stages if stage.enabled(config)]
+        for stage in enabled:
+            if stage.prepare is not None:
+                stage.prepare(run)
         try:
-            for stage in stages:
-                if not stage.enabled(config):
-                    continue
+            for stage in enabled:
                 if "index_manifest" in stage.writes:
                     run.close_llm(sweep=True)  # the LLM stages and the per-row stages are done
                     run.close_executor()

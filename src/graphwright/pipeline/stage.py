@@ -42,3 +42,7 @@ class Stage:
     enabled: Callable[[PipelineConfig], bool] = _always
     summary: str = ""  # one line for `plan` and the docs
     engines: tuple[str, ...] = ()  # the engine families it runs on (graphwright.engines.*), for the docs
+    # called when the run starts, before any stage: starts in the background what the stage will
+    # want ready (a process's forkserver), while the first stages leave a core idle; cheap, and
+    # harmless should the stage find nothing to do
+    prepare: Callable[[Run], None] | None = None

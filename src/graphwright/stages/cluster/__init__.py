@@ -37,9 +37,7 @@ def _cluster(run, m: dict) -> dict:
     usage = {"worker_cpu_s": 0.0}
     workers = driver_cores(run.config.execution)
     engine = make_engine(cfg.engine)
-    incremental = cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
-    if incremental:
-        prepare(store, cfg, engine)
+    incremental = _incremental(cfg, engine)
     graph = current_graph(store)
     entity_ids, edges, weights, relationships = graph
     retired = retired_columns(store, "communities")  # an older layout (chunk lists): written whole once, then patched
@@ -69,6 +67,17 @@ def _cluster(run, m: dict) -> dict:
     return {"per_level": per_level, "changes": diff}
 
 
+def _incremental(cfg, engine) -> bool:
+    return cfg.warm_start and getattr(engine, "name", "") == "igraph"  # it partitions by a larger graph's modularity
+
+
+def _prepare(run) -> None:
+    cfg = run.config.cluster
+    engine = make_engine(cfg.engine)
+    if _incremental(cfg, engine):
+        prepare(run.store, cfg, engine)
+
+
 def _per_level(communities: pa.Table) -> dict[int, int]:
     levels = pc.value_counts(communities.column("level")).to_pylist() if communities.num_rows else []
     return {int(v["values"]): int(v["counts"]) for v in sorted(levels, key=lambda v: v["values"])}
@@ -79,5 +88,5 @@ STAGE = Stage(
     where=lambda cfg: Where(f"{cfg.cluster.engine} hierarchical Leiden, max cluster {cfg.cluster.max_cluster_size}"),
     gpus=lambda cfg: 1 if cfg.cluster.engine == "cugraph" else 0,
     summary="hierarchical Leiden, warm-started; community ids from level and members",
-    engines=("graph: igraph | leidenalg | cugraph",),
+    engines=("graph: igraph | leidenalg | cugraph",), prepare=_prepare,
 )

@@ -24,7 +24,10 @@ from graphwright.util.laps import Laps
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
 STATE = "state/cluster"
-FRESH_PROCESS_EDGES = 1_000_000  # at 145k chunks (428k edges) the fresh Leiden takes about as long as a process start
+# a process of its own from this many edges: at 145k chunks (428k edges) the fresh Leiden (0.7-0.9 s)
+# in a thread stalled the update, and in a process forked from a server started with the run
+# (prepare), cluster took 1.2 s instead of 1.7 s
+FRESH_PROCESS_EDGES = 100_000
 
 
 def current_graph(store) -> tuple[list[str], np.ndarray, np.ndarray, pa.Table]:
@@ -118,7 +121,8 @@ def cluster_update(store, config, engine, workers: int, usage: dict, graph=None)
 
 
 def prepare(store, config, engine) -> None:
-    """Before the graph is read: start what _beside's process forks from, if it will be wanted."""
+    """When the run starts (the stage's `prepare`): start what _beside's process forks from, if
+    it will be wanted (starting it costs about 1.3 s of a core, which ingest and extract leave idle)."""
     if (config.refresh_gain is not None and getattr(engine, "holds_gil", False)
             and sum(n for _, n in data_files(store, "relationships")) >= FRESH_PROCESS_EDGES):
         start_forkserver()
@@ -128,8 +132,8 @@ def _beside(engine, edges: int, wanted: bool):
     """Where the quality check's fresh top level (one cold Leiden: 4.6 s of CPU at 1.2M chunks)
     runs while the update reads the previous hierarchy and re-partitions what changed. An engine
     that holds the GIL (igraph) in a thread would stall the driver, and its partitions queue
-    behind one lock: from FRESH_PROCESS_EDGES up it gets a process of its own (starting one costs
-    about 1.3 s of the other core)."""
+    behind one lock: from FRESH_PROCESS_EDGES up it gets a process of its own, forked from the
+    server `prepare` started with the run."""
     if wanted and getattr(engine, "holds_gil", False) and edges >= FRESH_PROCESS_EDGES:
         try:
             return _start_pool(1)
