@@ -185,6 +185,24 @@ def test_pairs_whose_names_cannot_reach_the_borderline_stay_settled():
     assert codes.tolist() == [keys.index("cy") * len(keys) + keys.index("dan")]
 
 
+def test_hopeless_pairs_of_changed_keys_are_kept_settled_and_the_others_scored_again():
+    from graphwright.stages.resolve.pair_cache import split_rows
+
+    cached = pa.table({"a": ["ann", "ann", "bo", "bo", "cy", "gone"], "b": ["bob", "cy", "cy", "dan", "dan", "bob"],
+                       "fa": [1, 1, 2, 2, 3, 9], "fb": [2, 3, 3, 4, 4, 2],
+                       "name": [0.9, 0.2, 0.9, 0.1, 0.9, 0.1], "score": [0.8, 0.1, 0.7, 0.1, 0.7, 0.1]})
+    fingerprint = {"ann": 1, "bo": 2, "bob": 2, "cy": 30, "dan": 4}  # cy changed, gone went
+    kept, rescore = split_rows(cached, fingerprint)
+    assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == [("ann", "bob"), ("bo", "dan")]
+    assert list(zip(rescore["a"].to_pylist(), rescore["b"].to_pylist())) == [("ann", "cy"), ("bo", "cy"), ("cy", "dan")]
+    # a name under 3/7 keeps a pair below 0.6 whatever its context: (ann, cy) stays settled, with
+    # the fingerprints it was scored with; a pair of a key that went is left out either way
+    kept, rescore = split_rows(cached, fingerprint, hopeless_below=0.6)
+    assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist(), kept["fb"].to_pylist())) == [
+        ("ann", "bob", 2), ("ann", "cy", 3), ("bo", "dan", 4)]
+    assert list(zip(rescore["a"].to_pylist(), rescore["b"].to_pylist())) == [("bo", "cy"), ("cy", "dan")]
+
+
 def test_a_document_deleted_and_added_back_is_resolved_incrementally(tmp_path):
     # its chunks keep their ids and codes; while it was gone they ranked last, so comparing every
     # chunk's rank made the update that brought it back a full resolve (at 1.2M chunks, 167 s)

@@ -32,7 +32,6 @@ from graphwright.stages.resolve.linking import link_keys
 from graphwright.stages.resolve.pair_cache import (
     candidates_from,
     candidates_table,
-    hopeless,
     memo_from,
     memo_table,
     name_scores,
@@ -49,7 +48,6 @@ from graphwright.stages.resolve.rows import (
 )
 from graphwright.stages.resolve.texts import text_fetcher
 from graphwright.storage import contracts, lineage
-from graphwright.storage.diff import key_column
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
 from graphwright.util.laps import Laps
@@ -145,14 +143,8 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
             fp = profiles.fingerprints(by_position, texts)  # of every key, from the profiles' arrays
             cache = st.derived.get("pairs") if cached else None
-            kept, rescore = split_rows(cache, fp)
             # pairs whose names keep them below the borderline whatever the context stay settled too
-            beyond = hopeless(cache, config.borderline_threshold)
-            if beyond is not None and kept is not None:
-                present = pa.array(keys, pa.string())
-                beyond = beyond.filter(pc.and_(pc.is_in(beyond.column("a"), value_set=present), pc.is_in(beyond.column("b"), value_set=present)))
-                have, other = key_column(kept, ("a", "b")), key_column(beyond, ("a", "b"))
-                kept = pa.concat_tables([kept, beyond.filter(pc.invert(pc.is_in(other, value_set=have)))])
+            kept, rescore = split_rows(cache, fp, hopeless_below=config.borderline_threshold)
             memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
             if search is not None:
                 candidates.update(search.result())

@@ -47,10 +47,15 @@ def set_hashes(owner: np.ndarray, item_hash: np.ndarray, n: int) -> np.ndarray:
 EVIDENCE = ("score", "name", "contained", "neighbours", "chunks", "embedding", "types")
 
 
-def split_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> tuple[pa.Table | None, pa.Table | None]:
+def split_rows(table: pa.Table | None, fingerprint: dict[str, int],
+               hopeless_below: float | None = None) -> tuple[pa.Table | None, pa.Table | None]:
     """(the cached rows whose two keys still have the fingerprints they were scored with, the
     other cached rows whose two keys are both still there: pairs to score again, whose name
-    scores hold, being functions of the two keys alone)."""
+    scores hold, being functions of the two keys alone). With `hopeless_below`, a row of two
+    keys still there that is hopeless() under it is kept whatever the fingerprints: it stays
+    settled (with the fingerprints it was scored with, so a later run finds it changed and
+    hopeless again). The rows are told apart by their masks: matching the settled rows against
+    the kept ones by joined keys took 0.47 s of a 0.1% update at 145k chunks."""
     if table is None or not table.num_rows:
         return None, None
     keys = pa.array(list(fingerprint), pa.string())
@@ -60,6 +65,8 @@ def split_rows(table: pa.Table | None, fingerprint: dict[str, int]) -> tuple[pa.
         at = np.asarray(pc.fill_null(pc.index_in(table.column(side), value_set=keys), len(keys)), dtype=np.int64)
         present &= at < len(keys)
         ok &= (at < len(keys)) & (now[at] == np.asarray(table.column(stored), dtype=np.int64))
+    if hopeless_below is not None:
+        ok |= present & to_numpy(_hopeless(table, hopeless_below), bool)
     return table.filter(pa.array(ok)), table.filter(pa.array(present & ~ok))
 
 
@@ -77,7 +84,11 @@ def hopeless(table: pa.Table | None, below: float) -> pa.Table | None:
     function of the two keys only, so such a pair is settled for good."""
     if table is None or not table.num_rows:
         return None
-    return table.filter(pc.less(table.column("name"), (below - W_CONTEXT) / W_NAME - 1e-9))
+    return table.filter(_hopeless(table, below))
+
+
+def _hopeless(table: pa.Table, below: float) -> pa.ChunkedArray:
+    return pc.less(table.column("name"), (below - W_CONTEXT) / W_NAME - 1e-9)
 
 
 def settled_codes(table: pa.Table | None, keys: list[str], below: float) -> np.ndarray:
