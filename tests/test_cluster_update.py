@@ -212,6 +212,10 @@ def test_the_fresh_top_level_of_a_large_graph_runs_in_a_process_when_the_engine_
     n, edges, weights = planted([12, 12, 12], 0.6, 0.02, seed=5)
     assert isinstance(update._beside(engine, len(edges), True), ThreadPoolExecutor)  # small: not worth a process
     monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 1)
+    # without the server the run starts (prepare), a process repays its start only from COLD_PROCESS_EDGES
+    monkeypatch.setattr(update, "forkserver_started", lambda: False)
+    assert isinstance(update._beside(engine, len(edges), True), ThreadPoolExecutor)
+    monkeypatch.setattr(update, "forkserver_started", lambda: True)
     assert isinstance(update._beside(make_engine("leidenalg"), len(edges), False), ThreadPoolExecutor)  # not wanted
     expected = fresh_top(n, edges, weights, CONFIG, engine)
     with update._beside(engine, len(edges), True) as side:
@@ -229,11 +233,11 @@ def test_prepare_starts_the_forkserver_only_where_the_update_will_want_its_proce
 
     started = []
     monkeypatch.setattr(update, "start_forkserver", lambda: started.append(True))
-    monkeypatch.setattr(update, "data_files", lambda store, name: [("part-0.parquet", 600_000), ("part-1.parquet", 500_000)])
+    monkeypatch.setattr(update, "data_files", lambda store, name: [("part-0.parquet", 60_000), ("part-1.parquet", 90_000)])
     update.prepare(None, CONFIG.model_copy(update={"refresh_gain": None}), make_engine("igraph"))  # no fresh top level
     update.prepare(None, CONFIG, make_engine("igraph"))
     assert started == [True]
-    monkeypatch.setattr(update, "FRESH_PROCESS_EDGES", 2_000_000)
+    monkeypatch.setattr(update, "data_files", lambda store, name: [("part-0.parquet", 60_000)])
     update.prepare(None, CONFIG, make_engine("igraph"))  # too small to repay a process
     assert started == [True]
 
@@ -268,6 +272,18 @@ def test_an_index_run_starts_the_forkserver_before_its_first_stage(tmp_path, mon
     with pytest.raises(Stop):  # a configuration without the update's quality check starts none
         run([corpus], tmp_path / "index", make_config(cluster={"refresh_gain": None}))
     assert events == ["ingest"]
+
+    def failing(run_):
+        raise OSError("no processes here")
+
+    events.clear()
+    stages = [dataclasses.replace(s, prepare=failing) if s.name == "cluster" else s for s in definition.INDEX]
+    monkeypatch.setattr(definition, "INDEX", tuple(stages))
+    logs = []
+    with pytest.raises(Stop):  # a head start that fails is logged, and the run goes on
+        run([corpus], tmp_path / "index", make_config(), logs=logs)
+    assert events == ["ingest"]
+    assert any("cluster: preparing failed (OSError: no processes here)" in line for line in logs)
 
 
 @pytest.mark.parametrize("gain", [0.001, 5.0])

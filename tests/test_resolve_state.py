@@ -174,14 +174,15 @@ def test_dictionary_parts_are_folded_and_a_mostly_stale_state_is_dropped(tmp_pat
 
 
 def test_pairs_whose_names_cannot_reach_the_borderline_stay_settled():
-    from graphwright.stages.resolve.pair_cache import hopeless, settled_codes
+    from graphwright.stages.resolve.pair_cache import settled_codes, split_rows
 
-    cached = pa.table({"a": ["ann lee", "bo", "cy"], "b": ["ann leigh", "bob", "dan"], "name": [0.9, 0.5, 0.2],
-                       "score": [0.8, 0.4, 0.1]})
-    # score <= 0.7 * name + 0.3: only a name under 3/7 keeps a pair below 0.6 whatever its context
-    assert hopeless(cached, 0.6).column("a").to_pylist() == ["cy"]
-    keys = sorted({"ann lee", "ann leigh", "bo", "bob", "cy", "dan", "gone"} - {"gone"})
-    codes = settled_codes(hopeless(cached, 0.6), keys, 0.6)
+    cached = pa.table({"a": ["ann lee", "bo", "cy"], "b": ["ann leigh", "bob", "dan"], "fa": [1, 1, 1], "fb": [1, 1, 1],
+                       "name": [0.9, 0.5, 0.2], "score": [0.8, 0.4, 0.1]})
+    keys = sorted({"ann lee", "ann leigh", "bo", "bob", "cy", "dan"})
+    # every key changed: score <= 0.7 * name + 0.3, so only a name under 3/7 keeps a pair below 0.6 whatever its context
+    kept, rescore = split_rows(cached, {k: 2 for k in keys}, hopeless_below=0.6)
+    assert kept.column("a").to_pylist() == ["cy"] and rescore.column("a").to_pylist() == ["ann lee", "bo"]
+    codes = settled_codes(kept, keys, 0.6)
     assert codes.tolist() == [keys.index("cy") * len(keys) + keys.index("dan")]
 
 

@@ -100,7 +100,10 @@ def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
         enabled = [stage for stage in stages if stage.enabled(config)]
         for stage in enabled:
             if stage.prepare is not None:
-                stage.prepare(run)
+                try:
+                    stage.prepare(run)
+                except Exception as exc:  # noqa: BLE001 - a head start only: the stage does without it
+                    run.log(f"[yellow]{stage.name}: preparing failed ({type(exc).__name__}: {exc}); the stage starts what it needs itself[/]")
         try:
             for stage in enabled:
                 if "index_manifest" in stage.writes:

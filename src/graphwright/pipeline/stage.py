@@ -42,7 +42,8 @@ class Stage:
     enabled: Callable[[PipelineConfig], bool] = _always
     summary: str = ""  # one line for `plan` and the docs
     engines: tuple[str, ...] = ()  # the engine families it runs on (graphwright.engines.*), for the docs
-    # called when the run starts, before any stage: starts in the background what the stage will
-    # want ready (a process's forkserver), while the first stages leave a core idle; cheap, and
-    # harmless should the stage find nothing to do
+    # called when the run starts, before any stage (the tables are as the last run left them):
+    # starts in the background what the stage will want ready (a process's forkserver), while
+    # the first stages leave a core idle. A head start only: should it fail, the run logs it
+    # and goes on, and the stage must work without it
     prepare: Callable[[Run], None] | None = None

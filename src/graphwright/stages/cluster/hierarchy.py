@@ -231,14 +231,27 @@ def _context():
     return context
 
 
+_SERVER = {"started": False}
+
+
 def start_forkserver() -> None:
     """Start the pools' forkserver and its preload (1 s) in the background, so that a pool
-    started later forks at once: its first submit would wait for them."""
+    started later forks at once: its first submit would wait for them. Nothing where processes
+    cannot fork from a server (the pools then fail to start and their callers do without)."""
     import threading
     from multiprocessing import forkserver
 
-    _context()
+    try:
+        _context()
+    except (OSError, ValueError):  # no forkserver on this platform
+        return
     threading.Thread(target=forkserver.ensure_running, name="forkserver-start", daemon=True).start()
+    _SERVER["started"] = True
+
+
+def forkserver_started() -> bool:
+    """Whether this process started the forkserver (start_forkserver)."""
+    return _SERVER["started"]
 
 
 class _LazyPool:

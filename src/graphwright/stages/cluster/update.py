@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.cluster.communities import ChunkLists, entity_positions
-from graphwright.stages.cluster.hierarchy import _pool, _start_pool, listing, start_forkserver
+from graphwright.stages.cluster.hierarchy import _pool, _start_pool, forkserver_started, listing, start_forkserver
 from graphwright.stages.cluster.incremental import (checked_levels, fresh_top, graph_changes, graph_digest, graph_sum,
                                                     incremental_levels, previous_levels)
 from graphwright.stages.resolve.pair_cache import stable_hashes
@@ -24,10 +24,13 @@ from graphwright.util.laps import Laps
 from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
 STATE = "state/cluster"
-# a process of its own from this many edges: at 145k chunks (428k edges) the fresh Leiden (0.7-0.9 s)
-# in a thread stalled the update, and in a process forked from a server started with the run
-# (prepare), cluster took 1.2 s instead of 1.7 s
+# the quality check gets a process of its own from this many edges when the run started the
+# process server (prepare): at 145k chunks (428k edges) the fresh Leiden (0.7-0.9 s) in a thread
+# stalled the update, and in such a process cluster took 1.2-1.3 s instead of 1.7-1.8 s (smaller
+# graphs were not measured). Without the server, from COLD_PROCESS_EDGES: its start (1.3 s of a
+# core) then falls in the stage, and at 428k edges costs about what the process saves.
 FRESH_PROCESS_EDGES = 100_000
+COLD_PROCESS_EDGES = 1_000_000
 
 
 def current_graph(store) -> tuple[list[str], np.ndarray, np.ndarray, pa.Table]:
@@ -122,7 +125,8 @@ def cluster_update(store, config, engine, workers: int, usage: dict, graph=None)
 
 def prepare(store, config, engine) -> None:
     """When the run starts (the stage's `prepare`): start what _beside's process forks from, if
-    it will be wanted (starting it costs about 1.3 s of a core, which ingest and extract leave idle)."""
+    it will be wanted (starting it costs about 1.3 s of a core, which ingest and extract leave
+    idle). The relationships are counted as the last run left them: a first build starts none."""
     if (config.refresh_gain is not None and getattr(engine, "holds_gil", False)
             and sum(n for _, n in data_files(store, "relationships")) >= FRESH_PROCESS_EDGES):
         start_forkserver()
@@ -132,9 +136,10 @@ def _beside(engine, edges: int, wanted: bool):
     """Where the quality check's fresh top level (one cold Leiden: 4.6 s of CPU at 1.2M chunks)
     runs while the update reads the previous hierarchy and re-partitions what changed. An engine
     that holds the GIL (igraph) in a thread would stall the driver, and its partitions queue
-    behind one lock: from FRESH_PROCESS_EDGES up it gets a process of its own, forked from the
-    server `prepare` started with the run."""
-    if wanted and getattr(engine, "holds_gil", False) and edges >= FRESH_PROCESS_EDGES:
+    behind one lock: it gets a process of its own, forked from the server `prepare` started with
+    the run from FRESH_PROCESS_EDGES up, and from COLD_PROCESS_EDGES up without it."""
+    least = FRESH_PROCESS_EDGES if forkserver_started() else COLD_PROCESS_EDGES
+    if wanted and getattr(engine, "holds_gil", False) and edges >= least:
         try:
             return _start_pool(1)
         except (OSError, ValueError):  # no processes here: a thread, as below
