@@ -87,11 +87,30 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
         details = json.loads(r["details"] or "{}")
         stages[r["stage"]] = {"wall_s": r["wall_s"], "work_done": r["work_done"], "llm_calls": r["llm_calls"],
                               "peak_mb": details.get("driver_peak_rss_mb"), "lookup_s": details.get("lookup_s"),
-                              "calls_commit_s": details.get("calls_commit_s"), "waves": details.get("waves")}
+                              "calls_commit_s": details.get("calls_commit_s"), "waves": details.get("waves"),
+                              "steps": stage_steps(details)}
     return {"chunks": summary["chunks"], "entities": summary["entities"], "relationships": summary["relationships"],
             "reports": summary["reports"], "llm_calls": summary["llm"]["calls"], "wall_s": wall,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_anon_mb": memory.peak["RssAnon"], "peak_shmem_mb": memory.peak["RssShmem"], "stages": stages}
+
+
+def stage_steps(details: dict) -> dict[str, float]:
+    """The seconds of a stage's steps from its stage_metrics details: the `seconds` a stage
+    records (resolve's under `linking`), else its top-level `*_s` figures (embed's; one per kind
+    where a figure is given per kind)."""
+    steps = details.get("seconds") or (details.get("linking") or {}).get("seconds")
+    if steps:
+        return dict(steps)
+    out = {}
+    for k, v in details.items():
+        if not k.endswith("_s") or k == "lookup_s":
+            continue
+        if isinstance(v, (int, float)):
+            out[k] = v
+        elif isinstance(v, dict):
+            out.update({f"{k}.{part}": seconds for part, seconds in v.items()})
+    return out
 
 
 def measure(corpus: Path, index: Path, src: str | None, a) -> dict:

@@ -4,7 +4,7 @@ side by side for several checkouts from the same index state.
 
     python bench/llm_update_cost.py --index DIR/index-1000000 --corpus DIR/corpus-1000000 --work /tmp/luc \\
         --share 0.001 [--on-top 0.01] --src before=/old/checkout --src after=/new/checkout [--full-build-s 8966] [--profile DIR]
-        [--both-orders] [--warmup]
+        [--both-orders] [--warmup] [--steps]
 
 Each checkout runs in a fresh process on its own copy of --index (data files hard-linked: Delta
 and the state put new files, never rewrite). The edit is pipeline_scale.edited_corpus's: `share`
@@ -13,6 +13,9 @@ taken to hold the edit of share S already (an earlier update), and the measured 
 more on top of it: documents past those S changed, deleted and added. --share 0 measures a no-op
 rerun. An index that holds what bench/record_run_state.py leaves (the state a nightly run leaves for
 the next) reads only the source files the edit changed and only the LLM calls appended since.
+--steps prints, under each run and each mean, the seconds of the steps the stages record in
+stage_metrics (resolve's linking, cluster's and report's laps, embed's indexes), where the
+checkout records them.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ def main() -> None:
     p.add_argument("--both-orders", action="store_true",
                    help="run the checkouts in the order given, then reversed, and print each one's mean: the run that "
                         "comes second is favoured (a warmer page cache), by tens of seconds at 1.2M chunks")
+    p.add_argument("--steps", action="store_true", help="print the seconds of each stage's steps (stage_metrics details)")
     p.add_argument("--warmup", action="store_true",
                    help="run the first checkout once before the measured runs, and count it nowhere: the first run "
                         "after the index is copied is the slowest whatever its code (53 s against 47.5 s for the same "
@@ -121,6 +125,8 @@ def main() -> None:
                       + " ".join(f"{k} {v['wall_s']:.1f}" for k, v in r["stages"].items()), flush=True)
                 if "check" in r:
                     print(f"           reports written {r['stages'].get('report', {}).get('work_done')}; check {json.dumps(r['check'])}", flush=True)
+                if a.steps:
+                    _print_steps([r])
         if a.both_orders:
             print("mean of both orders:")
             for label, _ in (s.split("=", 1) for s in a.src):
@@ -129,9 +135,20 @@ def main() -> None:
                 share = f" ({wall / a.full_build_s:.2%} of the build)" if a.full_build_s else ""
                 print(f"  {label:<8} total {wall:7.1f} s{share}  peak {max(r['peak_rss_mb'] for r in pair) / 1024:5.2f} GiB | "
                       + " ".join(f"{k} {sum(r['stages'][k]['wall_s'] for r in pair) / 2:.1f}" for k in pair[0]["stages"]), flush=True)
+                if a.steps:
+                    _print_steps(pair)
     finally:
         stub.terminate()
     (a.work / "results.json").write_text(json.dumps(results))
+
+
+def _print_steps(runs: list[dict]) -> None:
+    """One line per stage: each step's seconds, the mean over `runs` of those every run records."""
+    for stage in runs[0]["stages"]:
+        steps = [r["stages"].get(stage, {}).get("steps") or {} for r in runs]
+        names = [k for k in steps[0] if all(k in s for s in steps[1:])]
+        if names:
+            print(f"           {stage}: " + " ".join(f"{k} {sum(s[k] for s in steps) / len(steps):.2f}" for k in names), flush=True)
 
 
 def _check(index: Path, previous: Path, work: Path, port: int) -> dict:
