@@ -103,9 +103,7 @@ def main() -> None:
                 start = np.concatenate([reference, reference.max() + 1 + np.arange(m - n)])  # new nodes alone
                 reference = engine.partition(m, *sorted_edges(m, new_edges, new_weights), seed=config.seed,
                                              resolution=config.resolution, n_iterations=1, initial=start)
-                units = np.full(m, -1, np.int64)
-                for k, (members, _) in enumerate(levels[0]):
-                    units[members] = k
+                units = top_labels(listing(levels), m)
                 gain = modularity(m, new_edges, new_weights, reference) - modularity(m, new_edges, new_weights, units)
                 if gain > configs["checked"].refresh_gain:
                     levels, stats = incremental_levels(m, new_edges, new_weights, config, engine, as_previous(chains[name]),
