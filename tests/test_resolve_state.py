@@ -605,3 +605,44 @@ def test_a_loaded_dictionary_codes_new_batches_without_making_its_values_python(
     assert fresh._list is None and fresh.values_from(1995) == ids[1995:2100] and fresh.arrow(2050).to_pylist() == ids[2050:2100]
     assert fresh.sort()[0].equals(codes.Dictionary(None, pa.array(ids[:2100])).sort()[0])
     assert rows.code_hashes(None, fresh).tolist() == rows.code_hashes(None, ids[:2100]).tolist()
+
+
+def test_the_files_a_deletion_moved_rows_into_take_their_segments_from_the_files_the_rows_came_from(tmp_path, monkeypatch):
+    """delete_matching names, in its commit, where each moved file's rows came from; the next
+    resolve makes that file's segment from the old files' segments (rows of another extractor
+    and rows left out counted in the places) instead of coding it, through two deletions in a
+    row, and the segment equals the one coding the file gives."""
+    import numpy as np
+
+    from graphwright.stages.resolve import state
+    from graphwright.storage import contracts
+
+    store, mine = IndexStore(tmp_path / "index"), "llm:a"
+
+    def mentions(start: int, n: int) -> pa.Table:
+        rows = [{"mention_id": f"m{i}", "chunk_id": f"c{i % 7}", "doc_id": f"d{i % 3}", "extractor": mine if i % 4 else "nlp",
+                 "name": f"Name {i % 5}", "type": "PERSON", "description": f"said {i}", "count": i % 3 + 1} for i in range(start, start + n)]
+        return pa.Table.from_pylist(rows, schema=contracts.schema("mentions").arrow)
+
+    for start in (0, 30, 60):
+        store.append("mentions", mentions(start, 30))
+    st = state.ResolveState.empty(state.fingerprint(mine, "linked"), "linked")
+    for path, _ in patch.data_files(store, "mentions"):
+        relative = f"{state.ROOT}/segments/mentions/{len(st.segments['mentions'])}.arrow"
+        store.files.write_arrays(relative, **state.code_file(store, "mentions", path, mine, st))
+        st.segments["mentions"][path] = relative
+    made_from = store.version("mentions")
+    assert patch.delete_matching(store, "mentions", "chunk_id", ["c2", "c5"]) > 0
+    assert patch.delete_matching(store, "mentions", "chunk_id", ["c3"]) > 0  # the moved file moved again
+    coded = []
+    code_file = state.code_file
+    monkeypatch.setattr(state, "code_file", lambda *a: (coded.append(a[2]), code_file(*a))[1])
+    current, new = state.code_new_files(store, st, "mentions", mine, made_from)
+    assert set(new) == set(current) - set(st.segments["mentions"]) and new and not coded
+    for path, segment in new.items():
+        expected = code_file(store, "mentions", path, mine, st)
+        assert set(segment) == set(expected)
+        for column in expected:
+            assert segment[column].dtype == expected[column].dtype and np.array_equal(segment[column], expected[column]), column
+    _, again = state.code_new_files(store, st, "mentions", mine)  # without the version: coded
+    assert set(again) == set(new) and len(coded) == len(new)

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -530,7 +532,7 @@ def test_a_patch_writes_its_new_rows_while_it_rewrites_the_old_files(tmp_path, m
         return read(store_, name, path, columns)
 
     def writing(table, where):
-        if "new-" in str(where):
+        if "d" in table.column("doc_id").to_pylist():  # the new rows' file (a rewrite keeps a and c)
             overlapped.append(rewriting.wait(timeout=5))
         return write(table, where)
 
@@ -559,3 +561,53 @@ def test_rows_a_patch_or_a_deletion_only_moves_are_not_checked_for_repeated_keys
     assert store.count("documents") == 98
     with pytest.raises(contracts.SchemaError):
         patch_table(store, "documents", [], [pa.concat_tables([docs(1, start=3), docs(1, start=3)])])
+
+
+def test_a_local_patch_or_deletion_writes_its_files_in_the_table_and_copies_none(store, monkeypatch):
+    """A local table's new files are written where the commit names them: nothing is put through
+    the object store (that copy was 0.78 s of the entities' patch in a 0.1% update at 1.2M chunks)."""
+    import obstore
+
+    from graphwright.storage.patch import data_files, delete_matching, patch_table
+
+    for start in (0, 100):
+        store.append("documents", docs(100, start))
+
+    def no_copy(*args, **kwargs):
+        raise AssertionError("a local table's file was copied")
+
+    monkeypatch.setattr(obstore, "put", no_copy)
+    stats = patch_table(store, "documents", ["d0004"], [docs(2, start=7, text="patched")])
+    assert stats["files_rewritten"] == 1 and stats["files_added"] == 2
+    assert delete_matching(store, "documents", "doc_id", ["d0150"]) == 1
+    rows = {r["doc_id"]: r["text"] for r in store.read("documents", columns=["doc_id", "text"]).to_pylist()}
+    assert len(rows) == 198 and rows["d0007"] == "patched 7" and "d0004" not in rows and "d0150" not in rows
+    on_disk = {p.name for p in Path(store.path("documents")).glob("*.parquet")}
+    assert {path for path, _ in data_files(store, "documents")} <= on_disk
+
+
+def test_a_patch_that_fails_before_its_commit_leaves_the_table_and_its_folder_as_they_were(store):
+    """The files written straight into a local table's folder are removed when the patch fails
+    before it commits (a part that does not meet the contract, after one that does)."""
+    from graphwright.storage.patch import patch_table
+
+    store.append("documents", docs(100))
+    folder, version = Path(store.path("documents")), store.version("documents")
+    before = sorted(p.name for p in folder.glob("*.parquet"))
+
+    def parts():
+        yield docs(3, start=200)
+        yield docs(2, start=300).drop_columns(["text"])
+
+    with pytest.raises(SchemaError):
+        patch_table(store, "documents", ["d0001"], parts())
+    assert sorted(p.name for p in folder.glob("*.parquet")) == before and store.version("documents") == version
+    assert store.read("documents").num_rows == 100
+
+
+def test_the_first_patch_of_a_table_creates_it_through_a_temporary_folder(tmp_path):
+    from graphwright.storage.patch import patch_table
+
+    store = IndexStore(tmp_path / "index")
+    patch_table(store, "documents", [], [docs(3)])
+    assert sorted(store.read("documents", columns=["doc_id"]).column("doc_id").to_pylist()) == ["d0000", "d0001", "d0002"]

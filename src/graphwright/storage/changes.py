@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.storage import contracts
-from graphwright.storage.patch import DELETED_KEYS, read_data_file
+from graphwright.storage.patch import DELETED_KEYS, MOVED_FROM, read_data_file
 
 
 @dataclass
@@ -43,6 +43,7 @@ class _Commit:
     removed: list[str]
     deleted: dict | None = None  # {"key": column, "values": [...]}: the keys the commit deleted, as it names them
     added_bytes: int = 0  # the sizes of every file it added, moved ones included
+    moved_from: dict | None = None  # {moved file: [[source file, its rows, positions left out], ...]} (patch.delete_matching)
 
 
 def commit_actions(store, name: str, version: int) -> _Commit | None:
@@ -62,6 +63,9 @@ def commit_actions(store, name: str, version: int) -> _Commit | None:
         named = action.get("commitInfo", {}).get(DELETED_KEYS)
         if isinstance(named, dict) and isinstance(named.get("values"), list):
             commit.deleted = named
+        sources = action.get("commitInfo", {}).get(MOVED_FROM)
+        if isinstance(sources, dict):
+            commit.moved_from = sources
         for kind in ("add", "remove"):
             if kind in action:
                 entry = action[kind]

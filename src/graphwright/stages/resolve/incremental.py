@@ -85,13 +85,12 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
     if meta and meta.get("outputs") == {**outputs_now, "config": config_id, "inputs": inputs_now}:
         return _unchanged(store, link_stats)  # the tables this state was made from and the ones it made are as they were
     st = state.load(files, fingerprint, config.method)
-    if st is not None:
-        st.outputs.pop("inputs", None)
+    made_from = st.outputs.pop("inputs", None) if st is not None else None  # the input versions the state holds
     base = (st is not None and st.outputs == {**outputs_now, "config": config_id}
             and {"keys", "entities", "chunk_rank"} <= set(st.derived))
     st = st or state.ResolveState.empty(fingerprint, config.method)
     sizes = {k: len(d) for k, d in st.dictionaries.items()}
-    advances = state.advance_both(store, files, st, extractor)
+    advances = state.advance_both(store, files, st, extractor, made_from)
     laps.lap("state_s")
     net_m = net_change(advances["mentions"], ("name", "type", "chunk_id", "doc_id", "count", "description", "length"))
     net_a = net_change(advances["assertions"], ("source", "target", "chunk_id", "doc_id", "weight", "description", "length"))
