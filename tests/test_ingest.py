@@ -365,7 +365,15 @@ def test_an_update_spills_only_the_documents_that_differ_from_their_indexed_rows
     rows[2]["title"] = "T2, renamed"
     rows[3]["tag"] = "new metadata"
     rows[5].pop("tag")
+    # parts of two documents: the indexed rows are looked up by id, not hashed again per part
+    from graphwright.stages.ingest import sources
+
+    monkeypatch.setattr(sources, "TABLE_BATCH_DOCUMENTS", 2)
+    whole_index, is_in = [], pa.compute.is_in
+    monkeypatch.setattr(pa.compute, "is_in", lambda values, value_set, **kw: (
+        whole_index.append(len(value_set)) if len(value_set) == len(rows) else None, is_in(values, value_set=value_set, **kw))[1])
     after = ingest(tmp_path / "index", rows)
+    assert whole_index == []
     assert sorted(spilled) == ["r1", "r2", "r3", "r5"]
     assert after == ingest(tmp_path / "fresh", rows)
     keys = exact_keys(pa.table({"a": ["a\x1fb", "a", None, ""], "b": ["c", "b\x1fc", "", None]}), ("a", "b"))

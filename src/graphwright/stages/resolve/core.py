@@ -203,14 +203,17 @@ def _supported_pairs(a_src: np.ndarray, a_tgt: np.ndarray, a_keep: np.ndarray, e
     into the third, each relationship as lo * entities + hi on its endpoints' id ranks). Rows
     are coded a slice at a time: forty million of them made a dozen temporaries of 325 MB."""
     width, rows, lo, hi = max(len(id_rank), 1), [np.empty(0, np.int32)], [np.empty(0, np.int32)], [np.empty(0, np.int32)]
+    # each key's entity as its id rank, looked up once per endpoint (a table of 53k keys, where
+    # the entity and then its rank were two lookups of every row)
+    rank_of_key = id_rank[entity_of_key].astype(np.int32) if len(entity_of_key) else np.zeros(1, np.int32)
     for start in range(0, len(a_keep), PART_ROWS):
-        r = np.flatnonzero(a_keep[start:start + PART_ROWS]) + start
-        ea, eb = entity_of_key[a_src[r]], entity_of_key[a_tgt[r]]
-        differ = ea != eb  # two names of one entity support no relationship
-        ra, rb = id_rank[ea[differ]], id_rank[eb[differ]]
-        rows.append(r[differ].astype(np.int32))
-        lo.append(np.minimum(ra, rb).astype(np.int32))
-        hi.append(np.maximum(ra, rb).astype(np.int32))
+        part = slice(start, start + PART_ROWS)
+        ra, rb = rank_of_key[a_src[part]], rank_of_key[a_tgt[part]]  # a row not kept may name no key (-1): masked
+        r = np.flatnonzero(a_keep[part] & (ra != rb))  # two names of one entity support no relationship
+        ra, rb = ra[r], rb[r]
+        rows.append((r + start).astype(np.int32))
+        lo.append(np.minimum(ra, rb))
+        hi.append(np.maximum(ra, rb))
     # the distinct pairs by two counting passes over the ranks, not a hash of every code
     pairs, a_pair = pair_inverse(np.concatenate(lo), np.concatenate(hi), width, width)
     return np.concatenate(rows), a_pair.astype(np.int32), pairs
