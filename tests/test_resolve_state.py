@@ -78,6 +78,9 @@ def test_updates_that_merge_and_split_equal_a_fresh_resolve(tmp_path):
     seconds = details["linking"]["seconds"]
     assert {"state_s", "codes_s", "link_s", "lineage_s", "entities_s", "write_s", "save_state_s"} <= set(seconds)
     assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
+    # the two patches written side by side, each one's own time beside the step's
+    assert {"write_entities_s", "write_relationships_s"} <= set(seconds)
+    assert max(seconds["write_entities_s"], seconds["write_relationships_s"]) <= seconds["write_s"] + 0.01
     split = _entity_of(updated)
     assert split["Scrooge"] != split["Ebenezer Scrooge"]
     _assert_equals_fresh(tmp_path, src, updated, DOCS | {"d2": FRED})

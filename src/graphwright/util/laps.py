@@ -20,3 +20,14 @@ class Laps:
     def restart(self) -> None:
         """Start the next lap now (the time since the last one counts nowhere)."""
         self._last = time.perf_counter()
+
+    def timed(self, name: str, step):
+        """`step`, its own seconds added to `seconds[name]` when it returns: a step run beside
+        others (side_by_side), whose time is not a lap of the function's own."""
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return step(*args, **kwargs)
+            finally:
+                self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 3)
+        return run
