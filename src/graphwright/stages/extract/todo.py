@@ -44,7 +44,8 @@ def from_log(store, key: str, since: int | None) -> Work | None:
     added = changes.rows.filter(pc.invert(pc.is_in(changes.rows.column("chunk_id"), value_set=changes.deleted)))
     # a rewritten file brings back rows already extracted (an edited document's unchanged chunks
     # keep their ids): those are done; unfinished ones (status not ok) are done again
-    added = added.filter(pc.invert(pc.is_in(added.column("chunk_id"), value_set=_done(store, key))))
+    added_ids = added.column("chunk_id").combine_chunks()
+    added = added.filter(pc.invert(pc.is_in(added_ids, value_set=_done_among(store, key, added_ids))))
     unfinished = _unfinished(store, key)
     ids = unfinished.column("chunk_id").combine_chunks()
     redo = ids.filter(pc.invert(pc.is_in(ids, value_set=changes.deleted)))
@@ -90,6 +91,16 @@ def from_tables(store, key: str) -> Work:
         store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
     texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])
     return Work(texts, retried, removed, len(chunk_ids), "tables")
+
+
+def _done_among(store, key: str, chunk_ids: pa.Array) -> pa.Array:
+    """Those of `chunk_ids` that have the extractor's marker of status ok, their markers looked up
+    by id (at 1.2M chunks reading every ok marker and hashing them was 0.4-0.6 s of an update
+    that adds 1,826 chunk rows; these 0.13 s)."""
+    if not len(chunk_ids):
+        return pa.array([], pa.string())
+    rows = store.rows_in("extractions", "chunk_id", set(chunk_ids.to_pylist()), ["chunk_id", "extractor", "status"])
+    return rows.filter(pc.and_(pc.equal(rows.column("extractor"), key), pc.equal(rows.column("status"), "ok"))).column("chunk_id").combine_chunks()
 
 
 def _done(store, key: str) -> pa.Array:
