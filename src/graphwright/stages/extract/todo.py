@@ -94,13 +94,11 @@ def from_tables(store, key: str) -> Work:
 
 
 def _done_among(store, key: str, chunk_ids: pa.Array) -> pa.Array:
-    """Those of `chunk_ids` that have the extractor's marker of status ok, their markers looked up
-    by id (at 1.2M chunks reading every ok marker and hashing them was 0.4-0.6 s of an update
-    that adds 1,826 chunk rows; these 0.13 s)."""
-    if not len(chunk_ids):
-        return pa.array([], pa.string())
-    rows = store.rows_in("extractions", "chunk_id", set(chunk_ids.to_pylist()), ["chunk_id", "extractor", "status"])
-    return rows.filter(pc.and_(pc.equal(rows.column("extractor"), key), pc.equal(rows.column("status"), "ok"))).column("chunk_id").combine_chunks()
+    """Those of `chunk_ids` that have the extractor's marker of status ok. The markers are read
+    whole but only `chunk_ids` are hashed (at 1.2M chunks, hashing the 1.2M ok markers to look up
+    an update's 1,826 chunk rows was 0.4-0.6 s; this way 0.16 s, the read included)."""
+    done = _done(store, key)
+    return done.filter(pc.is_in(done, value_set=chunk_ids))
 
 
 def _done(store, key: str) -> pa.Array:
