@@ -103,7 +103,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
         adds: list[tuple[str, str, int]] = []
         writes: list[Future] = []
         keys = [pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())]
-        for i, part in enumerate(parts):
+        for part in parts:
             data = schema.validate(part)
             if not data.num_rows:
                 continue
