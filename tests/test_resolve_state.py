@@ -635,8 +635,8 @@ def test_the_files_a_deletion_moved_rows_into_take_their_segments_from_the_files
         store.files.write_arrays(relative, **state.code_file(store, "mentions", path, mine, st))
         st.segments["mentions"][path] = relative
     made_from = store.version("mentions")
-    assert patch.delete_matching(store, "mentions", "chunk_id", ["c2", "c5"]) > 0
-    assert patch.delete_matching(store, "mentions", "chunk_id", ["c3"]) > 0  # the moved file moved again
+    assert patch.delete_matching(store, "mentions", "chunk_id", ["c2", "c5"], record_moves=True) > 0
+    assert patch.delete_matching(store, "mentions", "chunk_id", ["c3"], record_moves=True) > 0  # the moved file moved again
     coded = []
     code_file = state.code_file
     monkeypatch.setattr(state, "code_file", lambda *a: (coded.append(a[2]), code_file(*a))[1])
@@ -649,3 +649,46 @@ def test_the_files_a_deletion_moved_rows_into_take_their_segments_from_the_files
             assert segment[column].dtype == expected[column].dtype and np.array_equal(segment[column], expected[column]), column
     _, again = state.code_new_files(store, st, "mentions", mine)  # without the version: coded
     assert set(again) == set(new) and len(coded) == len(new)
+    # an account that does not add up, or a deletion that names no sources: coded
+    from graphwright.storage import changes
+
+    actions = changes.commit_actions
+
+    def miscounted(store_, name, version):
+        commit = actions(store_, name, version)
+        commit.records = {path: rows + 1 for path, rows in commit.records.items()}
+        return commit
+
+    monkeypatch.setattr(state, "commit_actions", miscounted)
+    coded.clear()
+    _, new = state.code_new_files(store, st, "mentions", mine, made_from)
+    assert len(new) == 1 and len(coded) == 1
+    monkeypatch.setattr(state, "commit_actions", actions)
+    coded.clear()
+    assert patch.delete_matching(store, "mentions", "chunk_id", ["c4"]) > 0
+    _, new = state.code_new_files(store, st, "mentions", mine, made_from)
+    assert len(new) == 1 and len(coded) == 1
+
+
+def test_an_update_codes_what_extract_appended_and_carries_over_what_its_deletions_moved(tmp_path, monkeypatch):
+    """Through the pipeline: extract's deletions name their moved rows' sources, and the next
+    resolve codes only the files extract appended; the result equals a fresh resolve's."""
+    from graphwright.stages.resolve import state
+    from graphwright.storage import changes
+
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    store = IndexStore(index)
+    before = {t: store.version(t) for t in ("mentions", "assertions")}
+    coded, code_file = [], state.code_file
+    monkeypatch.setattr(state, "code_file", lambda store_, table, path, *a: coded.append((table, path)) or code_file(store_, table, path, *a))
+    docs = {k: v for k, v in DOCS.items() if k != "d3"} | {"d2": FRED}  # d3's rows leave a file that holds others
+    _index(src, index, docs)
+    moved = set()
+    for table, since in before.items():
+        current = {path for path, _ in patch.data_files(store, table)}
+        for version in range(since + 1, store.version(table) + 1):
+            moved |= {(table, path) for path in changes.commit_actions(store, table, version).moved if path in current}
+    assert moved and coded and not moved & set(coded)
+    _assert_equals_fresh(tmp_path, src, index, docs)

@@ -611,3 +611,46 @@ def test_the_first_patch_of_a_table_creates_it_through_a_temporary_folder(tmp_pa
     store = IndexStore(tmp_path / "index")
     patch_table(store, "documents", [], [docs(3)])
     assert sorted(store.read("documents", columns=["doc_id"]).column("doc_id").to_pylist()) == ["d0000", "d0001", "d0002"]
+
+
+def test_a_refused_commit_or_a_failed_deletion_leaves_no_file_in_the_table(tmp_path, monkeypatch):
+    """A commit refused (a conflicting writer) lists none of the files written for it: they are
+    removed; so are a deletion's, in a partitioned table's folders, when it fails before its
+    commit."""
+    import numpy as np
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from graphwright.storage import patch
+
+    store = IndexStore(tmp_path / "index")
+    store.append("documents", docs(100))
+
+    def on_disk(name):
+        return sorted(str(p.relative_to(store.path(name))) for p in Path(store.path(name)).rglob("*.parquet"))
+
+    before, version = on_disk("documents"), store.version("documents")
+
+    def refused(self, *args, **kwargs):
+        raise CommitFailedError("a concurrent writer committed first")
+
+    with monkeypatch.context() as m:
+        m.setattr(DeltaTable, "create_write_transaction", refused)
+        with pytest.raises(CommitFailedError):
+            patch.patch_table(store, "documents", ["d0001"], [docs(2, start=300)])
+    assert on_disk("documents") == before and store.version("documents") == version
+
+    vectors = pa.table({"kind": ["chunk"] * 3 + ["entity"], "item_id": ["a", "b", "c", "a"], "model": ["m"] * 4,
+                        "text_hash": ["h"] * 4, "vector": pa.array([np.ones(2, np.float32).tolist()] * 4, pa.list_(pa.float32()))})
+    store.append("embeddings", vectors)
+    before = on_disk("embeddings")
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("killed before the commit")
+
+    with monkeypatch.context() as m:
+        m.setattr(patch, "_commit", fails)
+        with pytest.raises(RuntimeError):
+            patch.delete_matching(store, "embeddings", "item_id", ["a"], where={"kind": "chunk", "model": "m"})
+    assert on_disk("embeddings") == before
+    assert patch.delete_matching(store, "embeddings", "item_id", ["a"], where={"kind": "chunk", "model": "m"}) == 1

@@ -112,8 +112,11 @@ def test_extract_skips_a_no_op_and_takes_an_updates_chunks_from_the_log(tmp_path
     docs = {k: v for k, v in DOCS.items() if k != "d0"} | {"d9": "Farah Haddad met Alice Moreau in Amberfield."}
     deleting, real = [], todo.delete_matching
     monkeypatch.setattr(todo, "delete_matching", lambda *a, **k: deleting.append(threading.current_thread().name) or real(*a, **k))
+    asked, among = [], todo._done_among
+    monkeypatch.setattr(todo, "_done_among", lambda store_, key, ids: asked.append(len(ids)) or among(store_, key, ids))
     update = _details(index, _index(src, index, docs))["extract"]
     monkeypatch.undo()
+    assert len(asked) == 1 and asked[0] >= 1  # the log's chunk rows, looked up among the markers
     assert update["work_found_from"] == "log" and update["chunks_extracted"] == 1
     # which of the log's chunks are done is asked with their ids as the set looked up, not the
     # extractor's every marker (1.2M of them at 1.2M chunks)

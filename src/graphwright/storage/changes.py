@@ -16,7 +16,7 @@ and the caller reads the table whole."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -44,6 +44,7 @@ class _Commit:
     deleted: dict | None = None  # {"key": column, "values": [...]}: the keys the commit deleted, as it names them
     added_bytes: int = 0  # the sizes of every file it added, moved ones included
     moved_from: dict | None = None  # {moved file: [[source file, its rows, positions left out], ...]} (patch.delete_matching)
+    records: dict = field(default_factory=dict)  # {file added: its rows}, where the add action's stats say
 
 
 def commit_actions(store, name: str, version: int) -> _Commit | None:
@@ -74,6 +75,9 @@ def commit_actions(store, name: str, version: int) -> _Commit | None:
                 path = unquote(entry["path"])
                 if kind == "add":
                     commit.added_bytes += int(entry.get("size") or 0)
+                    rows = json.loads(entry.get("stats") or "{}").get("numRecords")
+                    if isinstance(rows, int):
+                        commit.records[path] = rows
                 if kind == "remove":
                     commit.removed.append(path)
                 elif entry.get("dataChange", True):

@@ -9,7 +9,6 @@ commit changes nothing; rerun, it removes the same keys and adds the same rows."
 
 from __future__ import annotations
 
-import contextlib
 import io
 import itertools
 import json
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties
+from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
 from graphwright.storage import contracts, location
@@ -99,7 +99,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
     # two tasks at a time, each mostly Arrow's work off the GIL: the new rows' files are written
     # while the next part is made and while the old files are rewritten (at 1.2M chunks, a 0.1%
     # update's entity rows are 330 MB of chunk lists, written beside the rewrite of the file that held them)
-    with _new_files(store, name) as new_file, ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool:
+    with _NewFiles(store, name) as new_files, ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool:
         adds: list[tuple[str, str, int]] = []
         writes: list[Future] = []
         keys = [pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())]
@@ -108,7 +108,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             if not data.num_rows:
                 continue
             keys.append(key_column(data, key))
-            relative, path = new_file()
+            relative, path = new_files.new()
             writes.append(pool.submit(write_parquet, data, path))
             adds.append((relative, path, data.num_rows))
             stats["rows_added"] += data.num_rows
@@ -131,7 +131,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             if not len(removed) or len(removed) == len(hit):
                 return path, removed, None
             kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
-            relative, local = new_file()
+            relative, local = new_files.new()
             write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
             return path, removed, (relative, local, kept.num_rows)
 
@@ -155,7 +155,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             gone = pa.concat_arrays(hit_keys)
             gone = gone.filter(pc.invert(pc.is_in(gone, value_set=added)))
             store._writing(name)
-            _commit(store, store.ensure(name), name, new_file, adds, removes, moved, deleted=(key, gone) if len(key) == 1 else None)
+            _commit(store, store.ensure(name), name, new_files, adds, removes, moved, deleted=(key, gone) if len(key) == 1 else None)
     return stats
 
 
@@ -179,17 +179,18 @@ def read_partition(store, name: str, columns: list[str], partition: dict[str, st
 
 
 def delete_matching(store, name: str, column: str, values, where: dict[str, str] | None = None,
-                    known: dict[str, pa.Array] | None = None) -> int:
+                    known: dict[str, pa.Array] | None = None, record_moves: bool = False) -> int:
     """Delete the rows whose `column` holds one of `values` (and whose columns equal `where`'s
     values; conditions on partition columns choose the files read), in one commit that rewrites
     only the files holding such a row: their other rows are moved, as a patch moves them. A Delta
     DELETE scans every file of the partitions it names, and a predicate lists at most
     DELETE_IN_KEYS values: the 6k chunks a 1% update removes at 1.2M chunks took 9.6 s over
     mentions, assertions and extractions. `known`: distinct_per_file's answer for some files of
-    the current version (the others are read). The commit names, for each file of moved rows,
-    the files they came from, in order, with each one's rows and the positions of those left out
-    (MOVED_FROM), so that what was derived from the old files' rows can be carried over to the new
-    file without reading it (stages.resolve.state). Returns how many rows went."""
+    the current version (the others are read). `record_moves`: the commit names, for each file of
+    moved rows, the files they came from, in order, with each one's rows and the positions of
+    those left out (MOVED_FROM), so that what was derived from the old files' rows can be carried
+    over to the new file without reading it (stages.resolve.state codes the mentions and the
+    assertions per file). Returns how many rows went."""
     schema, where = contracts.schema(name), where or {}
     value_set = pa.array(sorted(set(values)), pa.string()) if not isinstance(values, pa.Array) else pc.unique(values.cast(pa.string()))
     if not len(value_set) or not store.exists(name):
@@ -201,14 +202,14 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
     sources: dict[tuple, list] = {}  # per partition: [file, its rows, the positions left out] of each pending part
     moved_from: dict[str, list] = {}
 
-    def flush(partition: dict, new_file) -> None:
+    def flush(partition: dict, new_files: _NewFiles) -> None:
         kept = pa.concat_tables(pending.pop(tuple(partition.items())))
-        relative, local = new_file(partition)
+        relative, local = new_files.new(partition)
         write_parquet(kept, local)
         moved.append((relative, local, kept.num_rows, partition))
-        moved_from[relative] = sources.pop(tuple(partition.items()))
+        moved_from[relative] = sources.pop(tuple(partition.items()), None)
 
-    with _new_files(store, name) as new_file:
+    with _NewFiles(store, name) as new_files:
         for path, _, partition in _data_files(store, name):
             if any(partition.get(c) != v for c, v in where.items() if c in schema.partition_by):
                 continue
@@ -231,17 +232,18 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
                 # them: one file each left resolve a segment each to code and load every run
                 group = pending.setdefault(tuple(partition.items()), [])
                 group.append(schema.validate(kept, check_key=False).select(stored))  # keys checked when written
-                sources.setdefault(tuple(partition.items()), []).append(
-                    [path, len(hit), np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist()])
+                if record_moves:
+                    sources.setdefault(tuple(partition.items()), []).append(
+                        [path, len(hit), np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist()])
                 if sum(t.nbytes for t in group) >= MOVED_FILE_BYTES:
-                    flush(partition, new_file)
+                    flush(partition, new_files)
         for key in list(pending):
-            flush(dict(key), new_file)
+            flush(dict(key), new_files)
         if removes:
             store._writing(name)
-            named = sum(len(left_out) for parts in moved_from.values() for _, _, left_out in parts)
-            _commit(store, store.ensure(name), name, new_file, [], removes, moved,
-                    moved_from=moved_from if named <= MOVED_FROM_NAMED else None)
+            named = sum(len(left_out) for parts in moved_from.values() for _, _, left_out in parts or ())
+            _commit(store, store.ensure(name), name, new_files, [], removes, moved,
+                    moved_from=moved_from if record_moves and named <= MOVED_FROM_NAMED else None)
     return deleted
 
 
@@ -266,45 +268,51 @@ def patch_changed(store, name: str, table: pa.Table, current: pa.Table | None = 
     return {**patch_table(store, name, removed, [table.filter(changed)]), "keys_removed": len(removed)}
 
 
-@contextlib.contextmanager
-def _new_files(store, name: str):
-    """Yields new_file(partition values=None) -> (path in the table, where to write the file now),
-    for the data files a commit adds. A local table's are written straight into its folder under
-    the names the commit gives them: until the commit no version lists them (a patch that fails
-    before its commit removes them; one killed leaves them unlisted, as a killed Delta writer does),
-    and the commit copies nothing (putting them from a temporary folder copied the 481 MB that a
-    0.1% update at 1.2M chunks writes to the entities: 0.78 s). An object store's, and those of a
-    table not made yet, are written to a temporary folder and put by the commit."""
-    batch, count, written = uuid.uuid4().hex, itertools.count(), []
-    with tempfile.TemporaryDirectory(prefix=f"graphwright-patch-{name}-") as folder:
-        direct = not store.is_remote and store.exists(name)
-        root = Path(store.path(name)) if direct else Path(folder)
+class _NewFiles:
+    """The data files one commit adds: `new(partition values)` gives (its path in the table, where
+    to write it now). A local table's are written straight into its folder under the names the
+    commit gives them, so the commit copies nothing (putting them from a temporary folder copied
+    the 481 MB a 0.1% update at 1.2M chunks writes to the entities: 0.78 s). Until the commit no
+    version lists them: leaving the `with` by an error before the commit, or a commit refused,
+    removes them; a process killed before its commit leaves them unlisted in the folder, as a
+    killed Delta writer does (readers never see them; `retain`'s vacuum, not a full one, leaves
+    them). An object store's, and those of a table not made yet, are written to a temporary
+    folder and put by the commit."""
 
-        def new_file(partition: dict[str, str] | None = None) -> tuple[str, str]:
-            values = partition or {}
-            if any(not SAFE_PARTITION_VALUE.fullmatch(v) for v in values.values()):
-                raise ValueError(f"table {name}: partition value {values} needs escaping in a file path, which _commit does not do")
-            relative = "".join(f"{c}={v}/" for c, v in values.items()) + f"part-{next(count):05d}-{batch}.parquet"
-            where = root / relative
-            where.parent.mkdir(parents=True, exist_ok=True)
-            written.append(where)
-            return relative, str(where)
+    def __init__(self, store, name: str):
+        self.name, self.batch, self.count, self.written = name, uuid.uuid4().hex, itertools.count(), []
+        self.direct = not store.is_remote and store.exists(name)
+        self._folder = None if self.direct else tempfile.TemporaryDirectory(prefix=f"graphwright-patch-{name}-")
+        self.root = Path(store.path(name)) if self.direct else Path(self._folder.name)
+        self.committing = False  # from the commit's start: the files may then be the table's
 
-        new_file.direct, new_file.committing = direct, False
-        try:
-            yield new_file
-        except BaseException:
-            if direct and not new_file.committing:  # once the commit is under way they may be the table's
-                for where in written:
-                    where.unlink(missing_ok=True)
-            raise
+    def new(self, partition: dict[str, str] | None = None) -> tuple[str, str]:
+        values = partition or {}
+        if any(not SAFE_PARTITION_VALUE.fullmatch(v) for v in values.values()):
+            raise ValueError(f"table {self.name}: partition value {values} needs escaping in a file path, which _commit does not do")
+        relative = "".join(f"{c}={v}/" for c, v in values.items()) + f"part-{next(self.count):05d}-{self.batch}.parquet"
+        where = self.root / relative
+        where.parent.mkdir(parents=True, exist_ok=True)
+        self.written.append(where)
+        return relative, str(where)
+
+    def __enter__(self) -> _NewFiles:
+        return self
+
+    def __exit__(self, kind, error, trace) -> bool:
+        if self._folder is not None:
+            self._folder.cleanup()
+        elif error is not None and not self.committing:
+            for where in self.written:
+                where.unlink(missing_ok=True)
+        return False
 
 
-def _commit(store, dt, name: str, new_file, adds: list[tuple[str, str, int]], removes: list[str],
+def _commit(store, dt, name: str, new_files: _NewFiles, adds: list[tuple[str, str, int]], removes: list[str],
             moved: list[tuple] = (), deleted: tuple[tuple[str], pa.Array] | None = None,
             moved_from: dict[str, list] | None = None) -> None:
     """One Delta commit: remove `removes` (paths in the table), add the files `adds` and `moved`
-    ((path in the table, where new_file put it, rows[, partition values])). The rows of `moved`
+    ((path in the table, where `new_files` put it, rows[, partition values])). The rows of `moved`
     are rows of `removes` copied unchanged, so they are added with dataChange false, as a
     compaction adds its files: a reader of the changes (storage.changes) reads only their keys.
     `deleted`: (key column, the keys the commit leaves without a row), named in its commitInfo
@@ -317,16 +325,20 @@ def _commit(store, dt, name: str, new_file, adds: list[tuple[str, str, int]], re
     for path in removes:
         actions.append(RemoveAction(path, True, now))
     for (relative, local, rows, *partition), change in [(f, True) for f in adds] + [(f, False) for f in moved]:
-        if not new_file.direct:
+        if not new_files.direct:
             obstore.put(table_files, relative, Path(local))
         actions.append(AddAction(relative, Path(local).stat().st_size, partition[0] if partition else {}, now, change,
                                  json.dumps({"numRecords": rows})))
-    new_file.committing = True
     named = {}
     if deleted is not None and len(deleted[1]) <= DELETED_KEYS_NAMED:
         named[DELETED_KEYS] = {"key": deleted[0][0], "values": pc.unique(deleted[1]).to_pylist()}
     if moved_from:
         named[MOVED_FROM] = moved_from
-    dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow,
-                                commit_properties=CommitProperties(custom_metadata=named) if named else None,
-                                post_commithook_properties=KEEP_LOG)
+    new_files.committing = True
+    try:
+        dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow,
+                                    commit_properties=CommitProperties(custom_metadata=named) if named else None,
+                                    post_commithook_properties=KEEP_LOG)
+    except CommitFailedError:
+        new_files.committing = False  # refused (a conflicting writer): no version lists the files
+        raise

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graphwright.stages.resolve.state import CODED  # the tables resolve codes per data file: their deletions name their moved rows
 from graphwright.storage.changes import changes_since
 from graphwright.storage.patch import delete_matching, distinct_per_file
 
@@ -62,7 +63,8 @@ def from_log(store, key: str, since: int | None) -> Work | None:
     # rows of chunks gone, and what an unfinished chunk's last attempt left (its markers of other
     # extractors stay); any other chunk to do has none: an interrupted run would have moved the tables
     def delete(name: str) -> int:
-        return delete_matching(store, name, "chunk_id", changes.deleted if name == "extractions" else pa.concat_arrays([changes.deleted, redo]))
+        return delete_matching(store, name, "chunk_id", changes.deleted if name == "extractions" else pa.concat_arrays([changes.deleted, redo]),
+                               record_moves=name in CODED)
 
     with ThreadPoolExecutor(2, thread_name_prefix="extract-delete") as pool:  # each reads every file's chunk ids, in Arrow
         removed = dict(zip(TABLES, pool.map(delete, TABLES)))
@@ -78,7 +80,8 @@ def from_tables(store, key: str) -> Work:
     held = {name: distinct_per_file(store, name, "chunk_id") for name in TABLES}
     have = {name: pc.unique(pa.chunked_array(list(files.values()), pa.string())) for name, files in held.items()}
     gone, todo = _against_chunks(chunk_ids, [*have.values()], _done(store, key))
-    removed = {name: delete_matching(store, name, "chunk_id", g, known=held[name]) if g else 0 for name, g in zip(have, gone)}
+    removed = {name: delete_matching(store, name, "chunk_id", g, known=held[name], record_moves=name in CODED) if g else 0
+               for name, g in zip(have, gone)}
     # chunks whose last reply needed repairs (llm.py) are asked once more; the second reply is kept
     retried = _repaired(_unfinished(store, key)) if todo else set()
     # what an interrupted or failed attempt left for the chunks to do goes now, once, so that
@@ -86,7 +89,7 @@ def from_tables(store, key: str) -> Work:
     todo_ids = pa.array(todo, pa.string())
     for name in ("mentions", "assertions"):
         leftover = _among(have[name], todo_ids)
-        removed[name] += delete_matching(store, name, "chunk_id", leftover) if leftover else 0
+        removed[name] += delete_matching(store, name, "chunk_id", leftover, record_moves=True) if leftover else 0
     if unfinished := _among(have["extractions"], todo_ids):
         store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
     texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])

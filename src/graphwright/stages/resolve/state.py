@@ -161,10 +161,28 @@ def moved_segments(store, state: ResolveState, table: str, since: int | None, wa
         if commit is None:
             break
         for path, sources in (commit.moved_from or {}).items():
-            if all(source in made or source in had for source, _, _ in sources):
-                made[path] = _without_rows([made[source] if source in made else load_segment(store.files, had[source])
-                                            for source, _, _ in sources], sources)
+            if not _accounted(commit, path, sources) or not all(source in made or source in had for source, _, _ in sources):
+                continue
+            segments = [made[source] if source in made else load_segment(store.files, had[source]) for source, _, _ in sources]
+            if all(not len(seg["row"]) or int(seg["row"].max()) < rows for seg, (_, rows, _) in zip(segments, sources)):
+                made[path] = _without_rows(segments, sources)
     return {path: segment for path, segment in made.items() if path in wanted}
+
+
+def _accounted(commit, path: str, sources) -> bool:
+    """Whether a commit's account of a moved file adds up: its sources are files the commit
+    removed, the positions left out are sorted and inside each one, and the rows kept are the
+    file's (else the file is coded, as any file is)."""
+    try:
+        kept = 0
+        for source, rows, left_out in sources:
+            gone = np.asarray(left_out, np.int64)
+            if source not in commit.removed or len(gone) > rows or (len(gone) and (gone[0] < 0 or gone[-1] >= rows or np.any(gone[1:] <= gone[:-1]))):
+                return False
+            kept += rows - len(gone)
+        return commit.records.get(path) == kept
+    except (TypeError, ValueError):  # not the shape delete_matching writes
+        return False
 
 
 def _without_rows(segments: list[dict[str, np.ndarray]], sources: list) -> dict[str, np.ndarray]:
