@@ -44,7 +44,7 @@ class _Commit:
     deleted: dict | None = None  # {"key": column, "values": [...]}: the keys the commit deleted, as it names them
     added_bytes: int = 0  # the sizes of every file it added, moved ones included
     moved_from: dict | None = None  # {moved file: [[source file, its rows, positions left out], ...]} (patch.delete_matching)
-    records: dict = field(default_factory=dict)  # {file added: its rows}, where the add action's stats say
+    records: dict = field(default_factory=dict)  # {file moved: its rows}, where the add action's stats say
 
 
 def commit_actions(store, name: str, version: int) -> _Commit | None:
@@ -75,15 +75,17 @@ def commit_actions(store, name: str, version: int) -> _Commit | None:
                 path = unquote(entry["path"])
                 if kind == "add":
                     commit.added_bytes += int(entry.get("size") or 0)
-                    rows = json.loads(entry.get("stats") or "{}").get("numRecords")
-                    if isinstance(rows, int):
-                        commit.records[path] = rows
                 if kind == "remove":
                     commit.removed.append(path)
                 elif entry.get("dataChange", True):
                     commit.added.append(path)
                 else:
                     commit.moved.append(path)
+                    # only a moved file's rows are asked for (their account, stages.resolve.state):
+                    # the stats of other files, with every column's bounds, are not parsed
+                    rows = json.loads(entry.get("stats") or "{}").get("numRecords")
+                    if isinstance(rows, int):
+                        commit.records[path] = rows
     return commit
 
 

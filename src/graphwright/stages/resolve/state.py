@@ -193,7 +193,7 @@ def _without_rows(segments: list[dict[str, np.ndarray]], sources: list) -> dict[
         gone = np.asarray(left_out, np.int64)
         row = segment["row"].astype(np.int64)
         before = np.searchsorted(gone, row)  # the rows left out ahead of each row
-        kept = ~np.isin(row, gone)
+        kept = gone[np.minimum(before, len(gone) - 1)] != row if len(gone) else np.ones(len(row), bool)
         parts.append({**{c: v[kept] for c, v in segment.items() if c != "row"},
                       "row": (offset + row[kept] - before[kept]).astype(np.int32)})
         offset += int(rows) - len(gone)
