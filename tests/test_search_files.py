@@ -622,3 +622,31 @@ def test_an_update_checks_the_names_it_searches_and_their_hits_not_every_name(tm
         return {(names[p["entity_id"]], names[p["other_id"]], p["similarity"]) for p in _synonyms(index)}
 
     assert edges(tmp_path / "updated") == edges(tmp_path / "fresh") and edges(tmp_path / "fresh")
+
+
+def test_resolves_codes_become_graph_nodes_without_a_hash_table_of_every_chunk_id(versions, monkeypatch):
+    """coded_mentions numbers resolve's coded entities and chunks as graph nodes: where resolve's
+    sorted ids are the node ids the codes are the nodes, where they differ (ids of one length)
+    they are found by binary search; only ids of mixed lengths go through Arrow's hash lookup.
+    The edges are the ones the lists give (the test above)."""
+    from graphwright.stages.embed import passage_graph, passage_update
+    from graphwright.stages.embed.passage_update import sorted_positions
+
+    store = IndexStore(versions[2])
+    keys = passage_graph.node_keys(store)
+    listed = sorted(zip(*(p.tolist() for p in passage_graph.mention_pairs(store, *keys))))
+    looked_up = []
+    real = passage_update._codes
+    monkeypatch.setattr(passage_update, "_codes", lambda values, k: looked_up.append(len(k)) or real(values, k))
+    assert sorted(zip(*(p.tolist() for p in passage_update.coded_mentions(store, *keys)))) == listed
+    assert looked_up == []
+
+    chunk_keys = keys[1]
+    assert sorted_positions(chunk_keys, chunk_keys) is None
+    fewer = chunk_keys.filter(pa.array([i % 3 != 1 for i in range(len(chunk_keys))]))
+    some = pa.array([chunk_keys[2].as_py(), "x" * len(chunk_keys[0].as_py()), chunk_keys[0].as_py(), chunk_keys[1].as_py()])
+    assert sorted_positions(some, fewer).tolist() == [1, -1, 0, -1]
+    assert looked_up == []
+    mixed = pa.array(["a", "bb", "c"])
+    assert sorted_positions(pa.array(["bb", "zz", "a"]), mixed).tolist() == [1, -1, 0]
+    assert looked_up == [3]  # mixed lengths: Arrow's lookup

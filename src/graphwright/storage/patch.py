@@ -40,6 +40,7 @@ DELETED_KEYS = "graphwright.deleted"  # the commitInfo field of a patch's delete
 DELETED_KEYS_NAMED = 100_000  # at most this many in one commit (about 2 MB of JSON); past it, readers read the files' keys
 MOVED_FROM = "graphwright.moved"  # the commitInfo field of a deletion's moved files: where their rows came from
 MOVED_FROM_NAMED = 200_000  # at most this many left-out row positions in one commit; past it, none are named
+KEPT_RUNS_SLICED = 50_000  # up to this many runs of kept rows, a rewritten file's rows are sliced, not filtered
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -65,6 +66,19 @@ def retired_columns(store, name: str) -> list[str]:
     if dt is None:
         return []
     return [c for c in dt.schema().to_arrow().names if c not in contracts.schema(name).arrow.names]
+
+
+def without_rows(table: pa.Table, hit: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """`table` less the rows `hit` marks, in order. An update leaves most rows of a file it
+    rewrites: the runs of kept rows are taken as slices, which copy nothing (filtering copied
+    every chunk list of the file: 0.8-1.0 s for one of the 1.2M-chunk relationships files, 284 MB,
+    against 0.04 s for its 3,571 runs); past KEPT_RUNS_SLICED runs, Arrow's filter."""
+    drop = np.asarray(pc.fill_null(hit, False), dtype=bool)
+    edges = np.flatnonzero(np.diff(np.r_[False, ~drop, False].astype(np.int8)))
+    starts, ends = edges[::2].tolist(), edges[1::2].tolist()
+    if len(starts) > KEPT_RUNS_SLICED:
+        return table.filter(pc.invert(pc.fill_null(hit, False)))
+    return pa.concat_tables([table.slice(0, 0)] + [table.slice(a, b - a) for a, b in zip(starts, ends)])
 
 
 def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
@@ -130,7 +144,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             removed = file_keys.filter(hit)
             if not len(removed) or len(removed) == len(hit):
                 return path, removed, None
-            kept = read_data_file(store, name, path, schema.arrow.names).filter(pc.invert(hit))
+            kept = without_rows(read_data_file(store, name, path, schema.arrow.names), hit)
             relative, local = new_files.new()
             write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
             return path, removed, (relative, local, kept.num_rows)
@@ -225,7 +239,7 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
             deleted += n_hit
             removes.append(path)
             if n_hit < len(hit):
-                kept = read_data_file(store, name, path, stored).filter(pc.invert(hit))
+                kept = without_rows(read_data_file(store, name, path, stored), hit)
                 for c in schema.partition_by:
                     kept = kept.append_column(c, pa.array([partition[c]] * kept.num_rows, pa.string()))
                 # the kept rows of many rewritten files go to few files, as a Delta DELETE writes
