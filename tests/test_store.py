@@ -689,4 +689,26 @@ def test_the_rows_a_patch_or_a_deletion_keeps_from_a_file_are_written_without_co
 
     marks = [bool(i % 2) for i in range(9)]
     table = pa.table({"x": pa.chunked_array([list(range(4)), list(range(4, 9))])})
-    assert without_rows(table, pa.array(marks)).column("x").to_pylist() == [0, 2, 4, 6, 8]
+    assert without_rows(table, pa.array(marks)).column("x").num_chunks == 5  # five runs, sliced
+    monkeypatch.setattr(patch, "KEPT_RUNS_SLICED", 4)  # past it, filtered: one chunk per chunk read
+    for got in (without_rows(table, pa.array(marks)), without_rows(table, pa.chunked_array([marks[:4], marks[4:]]))):
+        assert got.column("x").to_pylist() == [0, 2, 4, 6, 8] and got.column("x").num_chunks <= 2
+
+
+def test_a_deletion_writes_the_slices_of_many_files_as_one_copy_past_the_limit(store, monkeypatch):
+    """The Parquet writer pays for every slice it is given: the kept rows of several rewritten
+    files written to one file are combined once when their slices pass KEPT_RUNS_SLICED."""
+    from graphwright.storage import patch
+    from graphwright.storage.patch import delete_matching
+
+    for seed in (1, 2):
+        store.append("relationships", _relationships(20, seed=seed).set_column(
+            0, "relationship_id", pa.array([f"s{seed}-{i:02d}" for i in range(20)])))
+    written = []
+    real_write = patch.write_parquet
+    monkeypatch.setattr(patch, "write_parquet", lambda table, where: written.append(table) or real_write(table, where))
+    monkeypatch.setattr(patch, "KEPT_RUNS_SLICED", 3)
+    assert delete_matching(store, "relationships", "relationship_id", ["s1-05", "s2-05"]) == 2  # two runs in each file
+    assert len(written) == 1 and written[0].num_rows == 38
+    assert {c.num_chunks for c in written[0].columns} == {1}
+    assert store.count("relationships") == 38

@@ -40,7 +40,9 @@ DELETED_KEYS = "graphwright.deleted"  # the commitInfo field of a patch's delete
 DELETED_KEYS_NAMED = 100_000  # at most this many in one commit (about 2 MB of JSON); past it, readers read the files' keys
 MOVED_FROM = "graphwright.moved"  # the commitInfo field of a deletion's moved files: where their rows came from
 MOVED_FROM_NAMED = 200_000  # at most this many left-out row positions in one commit; past it, none are named
-KEPT_RUNS_SLICED = 50_000  # up to this many runs of kept rows, a rewritten file's rows are sliced, not filtered
+# up to this many runs of kept rows, a rewritten file's rows are sliced, not filtered: the Parquet
+# writer pays about 50 us a slice (a 284 MB file of 23k slices: 1.8-2.2 s to write against 0.8 s)
+KEPT_RUNS_SLICED = 5_000
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -71,14 +73,15 @@ def retired_columns(store, name: str) -> list[str]:
 def without_rows(table: pa.Table, hit: pa.Array | pa.ChunkedArray) -> pa.Table:
     """`table` less the rows `hit` marks, in order. An update leaves most rows of a file it
     rewrites: the runs of kept rows are taken as slices, which copy nothing (filtering copied
-    every chunk list of the file: 0.8-1.0 s for one of the 1.2M-chunk relationships files, 284 MB,
-    against 0.04 s for its 3,571 runs); past KEPT_RUNS_SLICED runs, Arrow's filter."""
+    every chunk list of the file: 0.3-1.1 s for one of the 1.2M-chunk relationships files, 284 MB,
+    against 0.04 s for its 3,571 runs, which the writer takes 0.1-0.2 s longer to write); past
+    KEPT_RUNS_SLICED runs, Arrow's filter."""
     drop = np.asarray(pc.fill_null(hit, False), dtype=bool)
     edges = np.flatnonzero(np.diff(np.r_[False, ~drop, False].astype(np.int8)))
     starts, ends = edges[::2].tolist(), edges[1::2].tolist()
     if len(starts) > KEPT_RUNS_SLICED:
         return table.filter(pc.invert(pc.fill_null(hit, False)))
-    return pa.concat_tables([table.slice(0, 0)] + [table.slice(a, b - a) for a, b in zip(starts, ends)])
+    return pa.concat_tables([table.slice(a, b - a) for a, b in zip(starts, ends)] or [table.slice(0, 0)])
 
 
 def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
@@ -218,6 +221,8 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
 
     def flush(partition: dict, new_files: _NewFiles) -> None:
         kept = pa.concat_tables(pending.pop(tuple(partition.items())))
+        if kept.num_columns and kept.column(0).num_chunks > KEPT_RUNS_SLICED:  # many files' slices: one copy writes faster
+            kept = kept.combine_chunks()
         relative, local = new_files.new(partition)
         write_parquet(kept, local)
         moved.append((relative, local, kept.num_rows, partition))

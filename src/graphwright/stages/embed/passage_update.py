@@ -53,9 +53,9 @@ def coded_mentions(store, entity_keys: pa.Array, chunk_keys: pa.Array) -> Mentio
 
 def sorted_positions(ids: pa.Array, keys: pa.Array) -> np.ndarray | None:
     """Each of `ids`' position in the sorted `keys` (-1 where absent); None when `ids` are
-    `keys` (the codes are the positions: resolve's chunk ids are the chunks table's whenever each
-    chunk has a mention). Ids of one length are found by binary search instead of a hash table
-    of the keys (1.2M chunk ids: 0.11 s against 0.35 s)."""
+    `keys`, so that codes into them are the positions (resolve's entity ids are the entities
+    table's; its chunk ids may hold chunks since removed). Ids of one length are found by binary
+    search instead of a hash table of the keys (1.2M chunk ids: 0.11 s against 0.35 s)."""
     if ids.equals(keys):
         return None
     cut_ids, cut_keys = fixed_bytes(ids), fixed_bytes(keys)
