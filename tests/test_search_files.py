@@ -631,6 +631,7 @@ def test_resolves_codes_become_graph_nodes_without_a_hash_table_of_every_chunk_i
     The edges are the ones the lists give (the test above)."""
     from graphwright.stages.embed import passage_graph, passage_update
     from graphwright.stages.embed.passage_update import sorted_positions
+    from graphwright.storage import lineage
 
     store = IndexStore(versions[2])
     keys = passage_graph.node_keys(store)
@@ -638,7 +639,11 @@ def test_resolves_codes_become_graph_nodes_without_a_hash_table_of_every_chunk_i
     looked_up = []
     real = passage_update._codes
     monkeypatch.setattr(passage_update, "_codes", lambda values, k: looked_up.append(len(k)) or real(values, k))
-    assert sorted(zip(*(p.tolist() for p in passage_update.coded_mentions(store, *keys)))) == listed
+    coded = lineage.current(store)
+    assert coded.entity_ids.equals(keys[0]) and not coded.chunk_ids.equals(keys[1])  # both ways: as they are, searched
+    owner, chunk = passage_update.coded_mentions(store, *keys)
+    assert owner.dtype == chunk.dtype == np.int64
+    assert sorted(zip(owner.tolist(), chunk.tolist())) == listed
     assert looked_up == []
 
     chunk_keys = keys[1]

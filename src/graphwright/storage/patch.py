@@ -40,8 +40,8 @@ DELETED_KEYS = "graphwright.deleted"  # the commitInfo field of a patch's delete
 DELETED_KEYS_NAMED = 100_000  # at most this many in one commit (about 2 MB of JSON); past it, readers read the files' keys
 MOVED_FROM = "graphwright.moved"  # the commitInfo field of a deletion's moved files: where their rows came from
 MOVED_FROM_NAMED = 200_000  # at most this many left-out row positions in one commit; past it, none are named
-# up to this many runs of kept rows, a rewritten file's rows are sliced, not filtered: the Parquet
-# writer pays about 50 us a slice (a 284 MB file of 23k slices: 1.8-2.2 s to write against 0.8 s)
+# up to about this many slices (runs of kept rows), a rewritten file's rows are sliced, not filtered:
+# the Parquet writer pays about 50 us a slice (a 284 MB file of 23k slices: 1.8-2.2 s to write against 0.8 s)
 KEPT_RUNS_SLICED = 5_000
 
 
@@ -71,17 +71,20 @@ def retired_columns(store, name: str) -> list[str]:
 
 
 def without_rows(table: pa.Table, hit: pa.Array | pa.ChunkedArray) -> pa.Table:
-    """`table` less the rows `hit` marks, in order. An update leaves most rows of a file it
-    rewrites: the runs of kept rows are taken as slices, which copy nothing (filtering copied
-    every chunk list of the file: 0.3-1.1 s for one of the 1.2M-chunk relationships files, 284 MB,
-    against 0.04 s for its 3,571 runs, which the writer takes 0.1-0.2 s longer to write); past
-    KEPT_RUNS_SLICED runs, Arrow's filter."""
+    """`table` less the rows `hit` marks (a null mark keeps its row), in order. An update leaves
+    most rows of a file it rewrites: the runs of kept rows are taken as slices, which copy nothing
+    (filtering copied every chunk list of the file: 0.3-1.1 s for one of the 1.2M-chunk
+    relationships files, 284 MB, against 0.04 s for its 3,571 runs, which the writer takes 0.1-0.2 s
+    longer to write). Filtered instead past KEPT_RUNS_SLICED runs, or when fewer than half the rows
+    stay: slices hold the whole file read, a copy only what is kept."""
     drop = np.asarray(pc.fill_null(hit, False), dtype=bool)
+    if len(drop) != table.num_rows:
+        raise ValueError(f"without_rows: {len(drop)} marks for {table.num_rows} rows")
     edges = np.flatnonzero(np.diff(np.r_[False, ~drop, False].astype(np.int8)))
-    starts, ends = edges[::2].tolist(), edges[1::2].tolist()
-    if len(starts) > KEPT_RUNS_SLICED:
-        return table.filter(pc.invert(pc.fill_null(hit, False)))
-    return pa.concat_tables([table.slice(a, b - a) for a, b in zip(starts, ends)] or [table.slice(0, 0)])
+    if len(edges) // 2 > KEPT_RUNS_SLICED or 2 * int(drop.sum()) > len(drop):
+        return table.filter(pa.array(~drop))
+    return pa.concat_tables([table.slice(a, b - a) for a, b in zip(edges[::2].tolist(), edges[1::2].tolist())]
+                            or [table.slice(0, 0)])
 
 
 def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:

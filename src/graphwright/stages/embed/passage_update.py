@@ -47,8 +47,12 @@ def coded_mentions(store, entity_keys: pa.Array, chunk_keys: pa.Array) -> Mentio
     if coded is None:
         return None
     owner, codes = coded.entity_items()
-    entity_at, chunk_at = sorted_positions(coded.entity_ids, entity_keys), sorted_positions(coded.chunk_ids, chunk_keys)
-    return (owner if entity_at is None else entity_at[owner]), (codes if chunk_at is None else chunk_at[codes])
+    entity_at = sorted_positions(coded.entity_ids, entity_keys)
+    chunk_at = sorted_positions(coded.chunk_ids, chunk_keys)
+    # None: resolve's sorted ids are the graph's, so its codes already are the node numbers
+    # (int64 like the other paths', and copies: the lineage's arrays are cached)
+    return (owner.astype(np.int64) if entity_at is None else entity_at[owner],
+            codes.astype(np.int64) if chunk_at is None else chunk_at[codes])
 
 
 def sorted_positions(ids: pa.Array, keys: pa.Array) -> np.ndarray | None:
