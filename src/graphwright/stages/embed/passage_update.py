@@ -63,10 +63,9 @@ def sorted_positions(ids: pa.Array, keys: pa.Array) -> np.ndarray | None:
     if ids.equals(keys):
         return None
     cut_ids, cut_keys = fixed_bytes(ids), fixed_bytes(keys)
-    if cut_ids is None or cut_keys is None or not len(cut_keys) or cut_ids.dtype != cut_keys.dtype:
+    if cut_ids is None or cut_keys is None or cut_ids.dtype != cut_keys.dtype:
         return _codes([ids], keys)
-    at = np.minimum(np.searchsorted(cut_keys, cut_ids), len(cut_keys) - 1)
-    return np.where(cut_keys[at] == cut_ids, at, -1)
+    return _carry(cut_ids, cut_keys)[:-1]
 
 
 def updated_chunk_keys(store, published: dict) -> pa.Array | None:

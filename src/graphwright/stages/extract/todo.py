@@ -89,7 +89,7 @@ def from_tables(store, key: str) -> Work:
     todo_ids = pa.array(todo, pa.string())
     for name in ("mentions", "assertions"):
         leftover = _among(have[name], todo_ids)
-        removed[name] += delete_matching(store, name, "chunk_id", leftover, record_moves=True) if leftover else 0
+        removed[name] += delete_matching(store, name, "chunk_id", leftover, record_moves=name in CODED) if leftover else 0
     if unfinished := _among(have["extractions"], todo_ids):
         store.delete_in("extractions", "chunk_id", unfinished, also=f"extractor = '{key}'")
     texts = store.rows_in("chunks", "chunk_id", todo, ["chunk_id", "doc_id", "text"])

@@ -165,7 +165,7 @@ def moved_segments(store, state: ResolveState, table: str, since: int | None, wa
                 continue
             segments = [made[source] if source in made else load_segment(store.files, had[source]) for source, _, _ in sources]
             if all(not len(seg["row"]) or int(seg["row"].max()) < rows for seg, (_, rows, _) in zip(segments, sources)):
-                made[path] = _without_rows(segments, sources)
+                made[path] = _kept_segment(segments, sources)
     return {path: segment for path, segment in made.items() if path in wanted}
 
 
@@ -185,7 +185,7 @@ def _accounted(commit, path: str, sources) -> bool:
         return False
 
 
-def _without_rows(segments: list[dict[str, np.ndarray]], sources: list) -> dict[str, np.ndarray]:
+def _kept_segment(segments: list[dict[str, np.ndarray]], sources: list) -> dict[str, np.ndarray]:
     """One segment for the rows of `segments` (of the files `sources` names, in order) that were
     not left out, placed as the file that holds them in that order places them."""
     parts, offset = [], 0
