@@ -99,3 +99,53 @@ def test_cli_versions_delete_rollback(fresh):
     assert json.loads(result.stdout)["version"] == 3
     result = runner.invoke(app, ["delete", "--index", str(fresh.index)])
     assert result.exit_code == 1
+
+
+KILLED_PATCH = """
+import os, sys
+from graphwright.storage import patch
+from graphwright.storage.delta import IndexStore
+
+store = IndexStore(sys.argv[1])
+patch._commit = lambda *args, **kwargs: os._exit(9)  # killed after writing its files, before the commit
+patch.patch_table(store, "entities", [], [store.read("entities")])
+"""
+
+
+def test_retention_removes_the_files_a_writer_killed_before_its_commit_left(fresh):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from graphwright.ops.versions import retain
+    from graphwright.storage.manifest import DATA_TABLES
+    from graphwright.storage.orphans import ORPHAN_AGE_S
+
+    (fresh.corpus / "notes" / "river.txt").unlink()
+    assert run([fresh.corpus], fresh.index)["version"] == 2  # version 1 reads files version 2 removed
+    tables = fresh.index / "tables"
+    listed = set(tables.rglob("*.parquet"))
+
+    def rows(version: int) -> dict:
+        published = PublishedIndex(fresh.store, version)
+        return {name: published.read(name).num_rows for name in DATA_TABLES}
+
+    before = {v: rows(v) for v in (1, 2)}
+    for _ in range(2):
+        killed = subprocess.run([sys.executable, "-c", KILLED_PATCH, str(fresh.index)], capture_output=True, text=True)
+        assert killed.returncode == 9, killed.stderr
+    left = sorted(set(tables.rglob("*.parquet")) - listed)
+    assert len(left) >= 2 and all(p.parent == tables / "entities" for p in left)
+    old, young = left[:-1], left[-1:]
+    aged = time.time() - ORPHAN_AGE_S - 60
+    for path in listed | set(old):  # every file old enough: only what the log names keeps a file
+        os.utime(path, (aged, aged))
+
+    dry = retain(fresh.store, 10, dry_run=True)  # no version to drop: the orphans go all the same
+    assert dry["orphans_removed"] == len(old) and all(p.exists() for p in left)
+    result = retain(fresh.store, 10)
+    assert result["orphans_removed"] == len(old) and result["files_removed"] >= len(old)
+    assert set(tables.rglob("*.parquet")) == listed | set(young)  # a young one may be a commit still being made
+    assert {v: rows(v) for v in (1, 2)} == before
+    assert query(str(fresh.index), "Tobias Reed", mode="local")["evidence"]

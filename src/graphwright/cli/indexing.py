@@ -182,7 +182,8 @@ def vacuum(
     if as_json:
         typer.echo(json.dumps(result))
     else:
-        out.print(f"kept versions {result['kept']}; dropped {result['dropped']}; {result['files_removed']} files and {result['log_files_removed']} Delta log files removed"
+        out.print(f"kept versions {result['kept']}; dropped {result['dropped']}; {result['files_removed']} files ({result['orphans_removed']} that killed runs left) and "
+                  f"{result['log_files_removed']} Delta log files removed"
                   + (" (dry run)" if dry_run else "")
                   + ". Delta data files go once their removal is older than the oldest kept version, counted in whole hours.")
 

@@ -13,6 +13,7 @@ from graphwright.storage.delta import IndexStore
 from graphwright.storage.contracts import all_schemas
 from graphwright.storage.log_retention import KEEP_LOG, trim_log
 from graphwright.storage.manifest import DATA_TABLES, load_manifest, manifests
+from graphwright.storage.orphans import remove_orphans
 
 
 def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
@@ -32,7 +33,8 @@ def rollback(store: IndexStore, to_version: int, run_id: str) -> dict:
 def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     """Keep the newest `keep` published versions readable; drop older manifests, the Delta files
     and log entries only they needed, vector, lexical and graph files no kept version uses, and
-    the stage inputs killed runs left staged (the caller holds the run lock)."""
+    what killed runs left: their staged stage inputs, and the data files of commits they never
+    made (storage.orphans; with nothing to drop too). The caller holds the run lock."""
     from graphwright.pipeline.staging import clear_leftovers
 
     rows = manifests(store)
@@ -40,16 +42,22 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
         raise ValueError("keep at least one version")
     staged = clear_leftovers(store.files, dry_run=dry_run)
     kept, dropped = rows[-keep:], rows[:-keep]
-    if not dropped:  # nothing to drop; the logs still grow with every run
-        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": staged,
-                "log_files_removed": _trim_logs(store, kept, dry_run)}
     oldest = min(r["published_at"] for r in kept)
     hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
-    removed = staged
+    pins = _oldest_pins(kept)
+    removed, orphans = staged, 0
     for name in DATA_TABLES:
-        if store.exists(name):
-            removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run, full=False,
-                                                  post_commithook_properties=KEEP_LOG))
+        if not store.exists(name):
+            continue
+        vacuumed = set(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run,
+                                                 full=False, post_commithook_properties=KEEP_LOG)) if dropped else set()
+        # what killed writers left, which a vacuum keeps (storage.orphans); a dry run's vacuum deleted none of it
+        left = set(remove_orphans(store, name, pins[name], dry_run=dry_run)) - vacuumed if name in pins else set()
+        removed += len(vacuumed) + len(left)
+        orphans += len(left)
+    if not dropped:  # nothing else to drop; the logs still grow with every run
+        return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": removed, "orphans_removed": orphans,
+                "log_files_removed": _trim_logs(store, pins, dry_run)}
     used = {f for r in kept for relative in r["vector_indexes"].values() if not is_search_file(relative)
             for f in files_of(store.files, relative)}  # an overlay's files include its base's
     for relative in (p for p in store.files.list("vectors") if p.endswith((".faiss", OVERLAY_SUFFIX))):
@@ -66,12 +74,22 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     if not dry_run:
         store.delete("index_manifest", f"version < {kept[0]['version']}")
     return {"kept": [r["version"] for r in kept], "dropped": [r["version"] for r in dropped], "files_removed": removed,
-            "log_files_removed": _trim_logs(store, kept, dry_run)}
+            "orphans_removed": orphans, "log_files_removed": _trim_logs(store, pins, dry_run)}
 
 
-def _trim_logs(store: IndexStore, kept: list[dict], dry_run: bool) -> int:
-    """Each table's Delta log below what is still read: a data table's below the oldest version a
-    kept manifest pins; graphwright's own tables (runs, stage_metrics, the LLM cache, lazy
+def _oldest_pins(kept: list[dict]) -> dict[str, int]:
+    """{data table: the oldest of its Delta versions that the `kept` manifests pin}."""
+    pins: dict[str, int] = {}
+    for r in kept:
+        for name, version in r["table_versions"].items():
+            if name in DATA_TABLES and version is not None:
+                pins[name] = min(version, pins.get(name, version))
+    return pins
+
+
+def _trim_logs(store: IndexStore, pins: dict[str, int], dry_run: bool) -> int:
+    """Each table's Delta log below what is still read: a data table's below the oldest version the
+    kept manifests pin (`pins`); graphwright's own tables (runs, stage_metrics, the LLM cache, lazy
     reports, ...), which are read at their latest version, below the checkpoint before their
     newest, for a process that read a version just before it (a query process writing lazy
     reports and cached answers while the nightly job publishes and vacuums)."""
@@ -80,9 +98,8 @@ def _trim_logs(store: IndexStore, kept: list[dict], dry_run: bool) -> int:
         if not store.exists(name):
             continue
         if name in DATA_TABLES:
-            pins = [r["table_versions"][name] for r in kept if r["table_versions"].get(name) is not None]
-            if pins:
-                removed += trim_log(store, name, min(pins), dry_run=dry_run)
+            if name in pins:
+                removed += trim_log(store, name, pins[name], dry_run=dry_run)
         else:
             removed += trim_log(store, name, store.version(name), spare=1, dry_run=dry_run)
     return removed

@@ -297,8 +297,8 @@ class _NewFiles:
     the 481 MB a 0.1% update at 1.2M chunks writes to the entities: 0.78 s). Until the commit no
     version lists them: leaving the `with` by an error before the commit, or a commit refused,
     removes them; a process killed before its commit leaves them unlisted in the folder, as a
-    killed Delta writer does (readers never see them; `retain`'s vacuum, not a full one, leaves
-    them). An object store's, and those of a table not made yet, are written to a temporary
+    killed Delta writer does (readers never see them; retention deletes them: storage.orphans).
+    An object store's, and those of a table not made yet, are written to a temporary
     folder and put by the commit."""
 
     def __init__(self, store, name: str):
