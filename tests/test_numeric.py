@@ -224,3 +224,15 @@ def test_counted_and_pair_orders_are_stable_argsorts_and_pair_inverse_is_unique_
     for keys in (np.array([0, 3]), np.array([-1, 0])):
         with pytest.raises(ValueError, match="outside"):
             counted_order(keys, 3)
+
+
+def test_sorted_index_finds_each_key_among_sorted_values_or_gives_minus_one():
+    from graphwright.util.numeric import sorted_index
+
+    values = np.array([2, 5, 9, 14], np.int64)
+    assert sorted_index(values, np.array([9, 2, 3, 14, 15, -1])).tolist() == [2, 0, -1, 3, -1, -1]
+    assert sorted_index(values, np.array([], np.int64)).tolist() == []
+    assert sorted_index(np.array([], np.int64), np.array([4, 5])).tolist() == [-1, -1]
+    ids = np.array([b"a1", b"b2", b"c3"], "S2")  # fixed-width ids, as the passage graph keeps them
+    found = sorted_index(ids, np.array([b"c3", b"b1", b"a1"], "S2"))
+    assert found.dtype == np.int64 and found.tolist() == [2, -1, 0]

@@ -26,6 +26,7 @@ import numpy as np
 
 from graphwright.query.fusion import RRF_K
 from graphwright.query.graph_seeds import entity_seeds, passage_seeds
+from graphwright.util.numeric import sorted_index
 
 VIA_NAMES = 8  # entity names listed per evidence chunk
 
@@ -99,8 +100,8 @@ def final_ranking(graph, nodes: np.ndarray, mass: np.ndarray, fused: list[tuple[
         return list(zip(graph.ids(nodes[top]), mass[top].tolist()))
     found = list(dict.fromkeys(c for c, _ in fused))
     found_nodes = graph.chunk_nodes(found)
-    at = np.minimum(np.searchsorted(nodes, found_nodes), len(nodes) - 1)
-    reached = nodes[at] == found_nodes
+    at = sorted_index(nodes, found_nodes)
+    reached = at >= 0
     if pruned:
         found = [c for c, r in zip(found, reached.tolist()) if r]
         at = at[reached]

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from graphwright.query.ppr import personalized_pagerank
-from graphwright.util.numeric import spans
+from graphwright.util.numeric import sorted_index, spans
 from graphwright.stages.embed.passage_graph import ARRAYS, MENTION, RELATIONSHIP, SYNONYM
 from graphwright.storage.location import is_uri
 
@@ -130,6 +130,4 @@ def _find(sorted_ids: np.ndarray, wanted) -> np.ndarray:
     keys = np.array([w.encode() for w in wanted], dtype=sorted_ids.dtype if all(len(w) <= sorted_ids.dtype.itemsize for w in wanted) else object)
     if keys.dtype == object:  # an id longer than any in the graph is not in it
         return np.array([_find(sorted_ids, [w])[0] if len(w) <= sorted_ids.dtype.itemsize else -1 for w in wanted], np.int64)
-    at = np.searchsorted(sorted_ids, keys)
-    at = np.minimum(at, len(sorted_ids) - 1)
-    return np.where(sorted_ids[at] == keys, at, -1).astype(np.int64)
+    return sorted_index(sorted_ids, keys)

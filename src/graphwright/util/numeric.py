@@ -169,6 +169,16 @@ def first_index(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return to_numpy(pc.fill_null(found, -1), np.int64)
 
 
+def sorted_index(sorted_values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per key, its position among `sorted_values` (sorted, distinct), -1 where it has none: a
+    binary search per key, for values already sorted (first_index hashes the values instead)."""
+    keys = np.asarray(keys)
+    if not len(sorted_values) or not len(keys):
+        return np.full(len(keys), -1, np.int64)
+    at = np.minimum(np.searchsorted(sorted_values, keys), len(sorted_values) - 1)
+    return np.where(sorted_values[at] == keys, at, -1).astype(np.int64, copy=False)
+
+
 def to_numpy(column, dtype) -> np.ndarray:
     """An Arrow array or chunked array as numpy, in `dtype` (a view when Arrow's buffer allows)."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column

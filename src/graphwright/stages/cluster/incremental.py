@@ -29,7 +29,7 @@ from graphwright.config import ClusterConfig
 from graphwright.engines.graph.graphs import dense_labels, modularity
 from graphwright.stages.cluster.hierarchy import _relabel, partition_groups, sorted_edges
 from graphwright.stages.resolve.pair_cache import mix, set_hashes
-from graphwright.util.numeric import grouped_order, pair_inverse, to_numpy, unique_inverse
+from graphwright.util.numeric import grouped_order, pair_inverse, sorted_index, to_numpy, unique_inverse
 
 
 def graph_sum(node_hash: np.ndarray, edges: np.ndarray, weights: np.ndarray) -> int:
@@ -60,17 +60,15 @@ def graph_changes(old_ids: pa.Array, old_edges: np.ndarray, old_weights: np.ndar
     # orders by sorting values (grouped_order; a lost edge's -1 shifted to 0): 2.26M edges each,
     # 0.16 s where np.argsort took 0.29 s
     order_old, order_new = grouped_order(old_code + 1), grouped_order(new_code)
-    at = np.searchsorted(old_code[order_old], new_code)
-    at_c = np.minimum(at, max(len(old_code) - 1, 0))
-    match = (old_code[order_old][at_c] == new_code) if len(old_code) else np.zeros(len(new_code), bool)
+    at = sorted_index(old_code[order_old], new_code)  # a lost edge's -1 matches no edge
+    match = at >= 0
     same = match.copy()
-    same[match] = old_weights[order_old][at_c[match]] == weights[match]
+    same[match] = old_weights[order_old][at[match]] == weights[match]
     changed_new = np.flatnonzero(~same)
-    at = np.searchsorted(new_code[order_new], old_code)
-    at_c = np.minimum(at, max(len(new_code) - 1, 0))
-    match = (new_code[order_new][at_c] == old_code) & ~lost if len(new_code) else np.zeros(len(old_code), bool)
+    at = sorted_index(new_code[order_new], old_code)
+    match = (at >= 0) & ~lost
     same_old = match.copy()
-    same_old[match] = weights[order_new][at_c[match]] == old_weights[match]
+    same_old[match] = weights[order_new][at[match]] == old_weights[match]
     changed_old = np.flatnonzero(~same_old)
     touched = np.zeros(n, dtype=bool)
     touched[edges[changed_new].reshape(-1)] = True

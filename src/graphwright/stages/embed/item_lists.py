@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright.util.numeric import fixed_bytes
+from graphwright.util.numeric import fixed_bytes, sorted_index
 
 
 def updated(before: pa.Table, fresh: pa.Table, deleted: pa.Array) -> tuple[pa.Table, pa.Table, pa.Array]:
@@ -21,14 +21,14 @@ def updated(before: pa.Table, fresh: pa.Table, deleted: pa.Array) -> tuple[pa.Ta
     if (ids is None or new_ids is None or gone is None or not len(ids) or (len(new_ids) and new_ids.dtype != ids.dtype)
             or np.any(ids[1:] < ids[:-1])):
         return _by_hashing(before, fresh, deleted)
-    at = _find(ids, new_ids)
+    at = sorted_index(ids, new_ids)
     same = at >= 0
     if same.any():
         hashes = before.column("row_hash").take(pa.array(at[same]))
         same[same] = np.asarray(pc.equal(hashes, fresh.column("row_hash").filter(pa.array(same))))
     fresh = fresh.filter(pa.array(~same))
     drop = np.zeros(len(ids), dtype=bool)
-    for found in (_find(ids, gone), at[~same]):
+    for found in (sorted_index(ids, gone), at[~same]):
         drop[found[found >= 0]] = True
     kept = before.filter(pa.array(~drop))
     return merged(kept, fresh.select(["item_id", "row_hash"]), ids[~drop]), fresh, \
@@ -53,14 +53,6 @@ def merged(kept: pa.Table, added: pa.Table, kept_ids: np.ndarray | None = None) 
     placed[at] = True
     order[at], order[~placed] = len(kept_ids) + np.arange(len(added_ids)), np.arange(len(kept_ids))
     return both.take(pa.array(order))
-
-
-def _find(sorted_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Each wanted id's position in `sorted_ids`, or -1."""
-    if not len(sorted_ids) or not len(wanted):
-        return np.full(len(wanted), -1, np.int64)
-    at = np.minimum(np.searchsorted(sorted_ids, wanted), len(sorted_ids) - 1)
-    return np.where(sorted_ids[at] == wanted, at, -1)
 
 
 def _by_hashing(before: pa.Table, fresh: pa.Table, deleted: pa.Array) -> tuple[pa.Table, pa.Table, pa.Array]:

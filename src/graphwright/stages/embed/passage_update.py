@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from graphwright.stages.embed.passage_graph import FORMAT, MANIFEST_KEY, MENTION, TABLES, Mentions, _codes, _fixed, graph_path
 from graphwright.storage.changes import changes_since
-from graphwright.util.numeric import fixed_bytes
+from graphwright.util.numeric import fixed_bytes, sorted_index
 
 
 def known_mentions(store, entity_keys: pa.Array, chunk_keys: pa.Array, stats: dict) -> Mentions | None:
@@ -164,9 +164,4 @@ def _versions_named_by(path: str, meta: dict, table_versions: dict) -> dict | No
 
 def _carry(old_ids: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
     """For each of `old_ids`, its position among the sorted `new_ids` (-1 where absent)."""
-    out = np.full(len(old_ids) + 1, -1, np.int64)  # the extra slot: what -1 (absent) maps to
-    if len(old_ids) and len(new_ids):
-        at = np.minimum(np.searchsorted(new_ids, old_ids), len(new_ids) - 1)
-        found = new_ids[at] == old_ids
-        out[:-1][found] = at[found]
-    return out
+    return np.append(sorted_index(new_ids, old_ids), -1)  # the extra slot: what -1 (absent) maps to

@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graphwright.util.numeric import sorted_index
+
 PATH = "state/report/row-tokens.parquet"
 BY_ID_PATH = "state/report/row-tokens-by-id.parquet"
 KEYS = {"entities": "entity_id", "relationships": "relationship_id"}
@@ -96,9 +98,9 @@ class RowTokens:
         if not texts:
             return []
         keys = np.fromiter((digest(t) for t in texts), np.uint64, len(texts))
-        at = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
-        known = (self.keys[at] == keys) if len(self.keys) else np.zeros(len(keys), bool)
-        out = np.where(known, self.counts[at] if len(self.counts) else 0, -1)
+        at = sorted_index(self.keys, keys)
+        known = at >= 0
+        out = np.where(known, self.counts[np.maximum(at, 0)] if len(self.counts) else 0, -1)
         missing = np.flatnonzero(~known)
         if len(missing):
             out[missing] = tokenize([texts[i] for i in missing])

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.stages.resolve.codes import Scan, text_hashes
-from graphwright.util.numeric import pair_order, to_numpy, unique, unique_inverse
+from graphwright.util.numeric import pair_order, sorted_index, to_numpy, unique, unique_inverse
 
 
 def ordered_descriptions(descriptions: list[tuple[object, str]]) -> list[str]:
@@ -45,8 +45,8 @@ class Texts:
         self.hashes, self.texts = hashes, texts  # hashes sorted and distinct
 
     def take(self, wanted: np.ndarray) -> pa.Array:
-        at = np.minimum(np.searchsorted(self.hashes, wanted), max(len(self.hashes) - 1, 0))
-        if len(wanted) and not np.array_equal(self.hashes[at], wanted):
+        at = sorted_index(self.hashes, wanted)
+        if np.any(at < 0):
             raise KeyError("a description that was not fetched")
         return self.texts.take(pa.array(at))
 

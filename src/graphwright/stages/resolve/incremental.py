@@ -51,7 +51,7 @@ from graphwright.storage import contracts, lineage
 from graphwright.storage.patch import data_files
 from graphwright.util import memory
 from graphwright.util.laps import Laps
-from graphwright.util.numeric import distinct_codes, to_numpy, unique
+from graphwright.util.numeric import distinct_codes, sorted_index, to_numpy, unique
 from graphwright.util.threads import in_thread
 
 OUTPUTS = ("entities", "entity_aliases", "relationships")
@@ -298,9 +298,8 @@ def _dirty_relationships(pairs, id_rank, width, entity_of_key, key_of_name, key_
         differ = ea != eb
         ra, rb = id_rank[ea[differ]], id_rank[eb[differ]]
         codes = np.minimum(ra, rb) * width + np.maximum(ra, rb)
-        at = np.minimum(np.searchsorted(pairs, codes), max(len(pairs) - 1, 0))
-        found = pairs[at] == codes if len(pairs) else np.zeros(len(codes), bool)
-        dirty[at[found]] = True
+        at = sorted_index(pairs, codes)
+        dirty[at[at >= 0]] = True
 
     mark(key_of_name[net_a["source"]], key_of_name[net_a["target"]])
     # assertions whose endpoint key moved (or lost its last mention): their entity pair changed
@@ -329,8 +328,7 @@ def _dirty_relationships(pairs, id_rank, width, entity_of_key, key_of_name, key_
     if again_s:
         ra, rb = id_rank[np.array(again_s)], id_rank[np.array(again_t)]
         codes = np.minimum(ra, rb) * width + np.maximum(ra, rb)
-        at = np.minimum(np.searchsorted(pairs, codes), max(len(pairs) - 1, 0))
-        found = pairs[at] == codes
-        dirty[at[found]] = True
+        at = sorted_index(pairs, codes)
+        dirty[at[at >= 0]] = True
     return dirty, pa.array(sorted(removed), pa.string())
 
