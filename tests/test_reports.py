@@ -123,6 +123,15 @@ def test_max_sentences():
         assert len(_sentences(r["summary"])) == 1
 
 
+def test_a_context_of_fewer_entities_than_the_findings_lead_with():
+    comms, ents, rels = small_world()
+    reports = build_reports(comms, ents, rels, ReportConfig(context_entities=1)).to_pylist()
+    root = next(r for r in reports if len(r["entity_ids"]) == 1 and r["sub_community_ids"])
+    findings = json.loads(root["findings"])
+    assert findings[0]["summary"] == "Mara Voss (PERSON)"  # the most connected member, and only it
+    assert not any(f["summary"].startswith(("Port Elling (", "Tobias Reed (", "Agnes Thorne (")) for f in findings)
+
+
 def test_input_hash_changes_with_inputs_bottom_up():
     comms, ents, rels = small_world()
     before = {r["community_id"]: r["input_hash"] for r in build_reports(comms, ents, rels, ReportConfig()).to_pylist()}

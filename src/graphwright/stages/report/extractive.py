@@ -161,7 +161,8 @@ def report_context(community: dict, ent: dict, rel: dict, children: list[dict], 
         "entities": [[e["name"], e["type"], lead(e["description"])] for e in top_entities],
         "relationships": [[r["source"], r["target"], lead(r["description"])] for r in top_relationships],
         "children": [[r["title"], r["summary"], r["rating"]] for r in sorted(children, key=lambda r: (r["title"], r["summary"]))],
-        "key_entities": [e["name"] for e in members[:5]],  # in rank order: the title and findings lead with them
+        # in rank order, among those listed: the title and findings lead with them
+        "key_entities": [e["name"] for e in members[:min(5, config.context_entities)]],
         # an absolute, local scale in half points: a rating must not move because another community grew
         "rating": round(min(10.0, 2.5 * math.log2(1 + n_chunks)) * 2) / 2,
     }
