@@ -1,7 +1,9 @@
-"""A stage's early part (pipeline.early): the embed stage's work on what resolve wrote runs
-beside cluster and report, is counted in its own row, and a run that stops waits for it."""
+"""A stage's early part (pipeline.early): the embed stage's chunk vectors and chunk lexical index
+start once extract has run, beside resolve; they are counted in embed's own row, a run that
+stops waits for them, and work that would start a pool of workers is left to the stage's turn."""
 
 import dataclasses
+import json
 import threading
 import time
 
@@ -9,59 +11,79 @@ import pytest
 from _helpers import index_fresh, make_config, run, run_stage_details, two_documents
 
 from graphwright.pipeline import definition
+from graphwright.pipeline.context import Run
 from graphwright.pipeline.early import EarlyWork
 from graphwright.stages import embed
+from graphwright.storage.delta import IndexStore
 
 
 def _with(stages: tuple, name: str, **changes) -> tuple:
     return tuple(dataclasses.replace(s, **changes) if s.name == name else s for s in stages)
 
 
-def test_embed_indexes_what_resolve_wrote_while_cluster_and_report_run(tmp_path, monkeypatch):
-    report_running, early_saw_report = threading.Event(), threading.Event()
-    report = definition.by_name("report")
+def test_the_chunks_are_embedded_and_indexed_while_resolve_runs(tmp_path, monkeypatch):
+    resolve_running, early_running = threading.Event(), threading.Event()
+    resolve = definition.by_name("resolve")
     _, work = embed.STAGE.early
 
-    def report_execute(run, m):
-        report_running.set()
+    def resolve_execute(run, m):
+        resolve_running.set()
         # the early part must be running now: it waits for this stage to start before it goes on
-        assert early_saw_report.wait(30), "embed's early part did not run beside report"
-        return report.execute(run, m)
+        assert early_running.wait(30), "embed's early part did not run beside resolve"
+        return resolve.execute(run, m)
 
     def early(run):
-        if report_running.wait(30):
-            early_saw_report.set()
+        if resolve_running.wait(30):
+            early_running.set()
         return work(run)
 
-    stages = _with(_with(definition.INDEX, "report", execute=report_execute), "embed", early=("resolve", early))
+    stages = _with(_with(definition.INDEX, "resolve", execute=resolve_execute), "embed", early=("extract", early))
     monkeypatch.setattr(definition, "INDEX", stages)
     indexed = index_fresh(tmp_path)
-    details = run_stage_details(indexed.index, indexed.summary)
-    assert details["embed"]["early"]["after"] == "resolve"
-    assert details["embed"]["early"]["beside"] == ["cluster", "report"]
-    assert details["embed"]["chunk"]["embedded"] > 0 and details["embed"]["report"]["embedded"] > 0
-    assert indexed.summary["recomputed"]["embeddings"]["entity"]["embedded"] > 0
+    details = run_stage_details(indexed.index, indexed.summary)["embed"]
+    assert details["early"]["after"] == "extract" and details["early"]["beside"][0] == "resolve"
+    assert details["chunk"]["embedded"] == indexed.summary["chunks"]  # the early part's, in the stage's row
+    assert details["entity"]["embedded"] > 0 and details["report"]["embedded"] > 0
+    assert set(details["lexical"]) == {"chunk", "entity", "relationship", "report"}
+    published = json.loads(indexed.store.read("index_manifest").column("vector_indexes")[0].as_py())
+    assert {"chunk", "entity", "report", "lexical:chunk", "lexical:entity"} <= set(published)
 
 
 def test_what_the_early_part_writes_counts_in_its_own_stage(tmp_path):
     indexed = index_fresh(tmp_path)
-    rows = {r["stage"]: r for r in indexed.store.read("stage_metrics", where=f"run_id = '{indexed.summary['run_id']}'").to_pylist()}
-    embeddings = indexed.store.bytes_added("embeddings", None)
-    assert embeddings > 0
-    assert rows["embed"]["bytes_written"] >= embeddings  # the early part's vectors and the reports'
-    for name in ("cluster", "report"):  # written while they ran, but not theirs
-        assert rows[name]["bytes_written"] < embeddings, name
+    store = indexed.store
+    rows = {r["stage"]: r for r in store.read("stage_metrics", where=f"run_id = '{indexed.summary['run_id']}'").to_pylist()}
+    assert rows["embed"]["bytes_written"] >= store.bytes_added("embeddings", None) > 0
+    # written while resolve ran, but not resolve's: its row counts its own tables alone
+    assert rows["resolve"]["bytes_written"] == sum(store.bytes_added(t, None) for t in definition.by_name("resolve").writes)
 
 
-def test_an_update_that_changes_only_reports_reuses_the_early_part(tmp_path):
+def test_an_update_that_changes_only_reports_reuses_the_chunks_part(tmp_path):
     indexed = index_fresh(tmp_path)
-    again = run([indexed.corpus], indexed.index, make_config(report={"max_sentences": 2}))
+    again = run([indexed.corpus], indexed.index, make_config(report={"min_size": 3}))
     details = run_stage_details(indexed.index, again)["embed"]
     assert details.get("early_reused") is True and not details.get("skipped")
-    assert details["report"]["embedded"] > 0
     assert details["chunk"] == {"embedded": 0, "removed": 0, "reused": indexed.summary["chunks"]}
-    noop = run_stage_details(indexed.index, run([indexed.corpus], indexed.index, make_config(report={"max_sentences": 2})))
-    assert noop["embed"]["skipped"] is True
+    assert details["report"]["embedded"] > 0
+    noop = run([indexed.corpus], indexed.index, make_config(report={"min_size": 3}))
+    assert run_stage_details(indexed.index, noop)["embed"]["skipped"] is True
+
+
+def test_work_that_would_start_a_pool_of_workers_is_done_in_one_pass_at_the_stages_turn(tmp_path, monkeypatch):
+    passes = []
+    map_batches = Run.map_batches
+
+    def counted(self, label, table, stage, *args, **kwargs):
+        passes.append((label, table.num_rows))
+        return map_batches(self, label, table, stage, *args, **kwargs)
+
+    monkeypatch.setattr(Run, "map_batches", counted)
+    monkeypatch.setattr(Run, "stays_in_process", lambda self, rows, stage: False)
+    indexed = index_fresh(tmp_path)
+    details = run_stage_details(indexed.index, indexed.summary)["embed"]
+    assert [label for label, _ in passes if label == "embed"] == ["embed"]  # the chunks with the rest
+    assert details["chunk"]["embedded"] == indexed.summary["chunks"] and details["entity"]["embedded"] > 0
+    assert details["early"]["after"] == "extract"  # started, and found the work was not its to do
 
 
 def test_a_run_that_fails_waits_for_the_early_part_and_its_error_is_the_stages(tmp_path, monkeypatch):
@@ -71,44 +93,46 @@ def test_a_run_that_fails_waits_for_the_early_part_and_its_error_is_the_stages(t
 
     def slow_early(run):
         time.sleep(0.5)
+        result = work(run)
         ended.append(time.perf_counter())
-        return work(run)
+        return result
 
-    def failing_cluster(run, m):
-        raise RuntimeError("cluster failed")
+    def failing_resolve(run, m):
+        raise RuntimeError("resolve failed")
 
-    stages = _with(_with(definition.INDEX, "cluster", execute=failing_cluster), "embed", early=("resolve", slow_early))
+    index = definition.INDEX
+    stages = _with(_with(index, "resolve", execute=failing_resolve), "embed", early=("extract", slow_early))
     monkeypatch.setattr(definition, "INDEX", stages)
-    with pytest.raises(RuntimeError, match="cluster failed"):
+    with pytest.raises(RuntimeError, match="resolve failed"):
         run([corpus], tmp_path / "index")
-    returned = time.perf_counter()
-    assert ended and ended[0] < returned  # nothing of it still writing once the run has stopped
+    assert ended and ended[0] < time.perf_counter()  # it had ended, writing nothing more, once the run stopped
 
     def failing_early(run):
         raise ValueError("early part failed")
 
-    monkeypatch.setattr(definition, "INDEX", _with(definition.INDEX, "embed", early=("resolve", failing_early)))
+    monkeypatch.setattr(definition, "INDEX", _with(index, "embed", early=("extract", failing_early)))
     with pytest.raises(ValueError, match="early part failed"):
         run([corpus], tmp_path / "index2")
-    from graphwright.storage.delta import IndexStore
-
     failed = IndexStore(tmp_path / "index2").read("stage_metrics", where="stage = 'embed'").to_pylist()
     assert "early part failed" in failed[0]["details"]
 
 
 def test_work_that_holds_gpus_waits_for_its_turn():
     started = []
-    gpu = dataclasses.replace(embed.STAGE, gpus=lambda cfg: 1.0, early=("resolve", started.append))
+    gpu = dataclasses.replace(embed.STAGE, gpus=lambda cfg: 1.0, early=("extract", started.append))
 
     class FakeRun:
         config = make_config()
 
-        class store:
-            @staticmethod
-            def version(name):
-                return 0
-
     work = EarlyWork()
-    work.start_after(FakeRun(), "resolve", (gpu,))
-    value, row = work.result(FakeRun(), "embed", lambda run: "made at its turn")
-    assert value == "made at its turn" and row == {} and not started
+    work.start_after(FakeRun(), "extract", (gpu,))
+    assert work.result("embed") == (None, {}) and not started
+
+
+def test_plan_says_which_stage_starts_part_of_its_work_early():
+    from graphwright.pipeline.plan import describe
+
+    rows = {r["stage"]: r for r in describe(make_config())}
+    assert rows["embed"]["early_after"] == "extract" and rows["resolve"]["early_after"] is None
+    gpu = {r["stage"]: r for r in describe(make_config(embed={"engine": "vllm"}))}
+    assert gpu["embed"]["early_after"] is None  # vLLM replicas: at its turn

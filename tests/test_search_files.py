@@ -403,7 +403,7 @@ def test_the_lexical_and_vector_indexes_go_to_whichever_thread_is_free(monkeypat
         other_lexical.set()
         return "lexical/entity"
 
-    def lexical_work(store, cfg, stats):
+    def lexical_work(store, cfg, stats, wanted):
         stats.update(chunk={}, entity={})
         return [("chunk", "lexical:chunk", first_lexical), ("entity", "lexical:entity", second_lexical)]
 
@@ -434,7 +434,7 @@ def test_the_pieces_that_grow_with_the_corpus_are_taken_first(monkeypatch):
             taken.append(kind)
         return f"vectors/{kind}", {}
 
-    def lexical_work(store, cfg, stats):
+    def lexical_work(store, cfg, stats, wanted):
         stats.update({k: {} for k in ("chunk", "entity", "relationship", "report")})
         return [(k, f"lexical:{k}", lambda k=k: taken.append(f"lexical:{k}") or f"lexical/{k}")
                 for k in ("chunk", "entity", "relationship", "report")]

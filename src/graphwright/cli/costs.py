@@ -38,6 +38,9 @@ def plan(
         return
     print_table(f"plan — {config or 'embedded defaults'} (config {cfg.config_hash()})", ("stage", "engine", "runs on", "resources"),
                  ((r["stage"], r["engine"], r["runs_on"], r["resources"]) for r in rows))
+    for r in rows:
+        if r["early_after"]:
+            out.print(f"{r['stage']}: part of its work may start once {r['early_after']} has run (where its batches stay in this process), beside the stages in between")
     out.print(executor_line(cfg))
 
 

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from graphwright.config import PipelineConfig
 from graphwright.ops.costs import stage_cost, stage_row
+from graphwright.pipeline.early import EarlyWork
 from graphwright.pipeline.errors import WaitingOnBatch
 from graphwright.pipeline.executors import BatchStage, LocalExecutor, make_executor
 from graphwright.pipeline.progress import StageProgress
@@ -64,6 +65,8 @@ class Run:
     _local: LocalExecutor = field(default_factory=LocalExecutor)  # for stages that run on the driver
     inlined: dict[str, int] = field(default_factory=dict)  # stage -> rows of its batches run in the driver
     _calls: object = None
+    early: EarlyWork = field(default_factory=EarlyWork)  # stages' parts started before their turn
+    _early_rows: dict[str, dict] = field(default_factory=dict)  # stage -> its early part, for its row
 
     @property
     def llm(self):
@@ -104,6 +107,7 @@ class Run:
         that did work holds `gpus` GPUs for its wall time."""
         details: dict = {"rows_in": 0, "rows_out": 0}
         wall, cpu = time.perf_counter(), cpu_seconds()
+        self.early.running_beside(name)
         self.store.journal = {}
         self.current_stage = name
         llm_before, worker_before, starts_before = dict(self.llm_totals), self.worker_cpu_s(), self._worker_starts()
@@ -128,6 +132,13 @@ class Run:
                       gpus: float) -> None:
         wall_s = time.perf_counter() - wall
         written, self.store.journal = self.store.journal, None
+        # what early work wrote meanwhile is its own stage's; that stage's counts from its start
+        others = self.early.tables_of_others(name)
+        written = {t: v for t, v in written.items() if t not in others}
+        if name in self._early_rows:
+            early = self._early_rows.pop(name)
+            written.update(early.pop("tables"))
+            details["early"] = early
         llm = {k: self.llm_totals[k] - llm_before[k] for k in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
                                                                 "batch_prompt_tokens", "batch_completion_tokens")}
         work_done = details.pop("work_done", None)
@@ -159,6 +170,26 @@ class Run:
         self.metrics.append(row)
         self.log(f"[bold]{name:<8}[/] {row['wall_s']:6.1f}s  " + ", ".join(f"{k}={v}" for k, v in details.items() if not isinstance(v, (dict, list))))
 
+    def early_result(self, name: str):
+        """The result of stage `name`'s early part (pipeline.early), waited for; None if the
+        runner did not start it (the stage does that work itself)."""
+        value, row = self.early.result(name)
+        if row:
+            self._early_rows[name] = row
+        return value
+
+    def _inline(self, rows: int, stage: BatchStage) -> bool:
+        """Whether map_batches runs all `rows` rows' batches in the driver from the start."""
+        execution = self.config.execution
+        return rows <= execution.inline_batches * stage.batch_size or (execution.inline_seconds > 0 and not stage.executor_gains())
+
+    def stays_in_process(self, rows: int, stage: BatchStage) -> bool:
+        """Whether map_batches would run every batch of `rows` rows with a function built in this
+        process (no actor pool, no GPU, no Ray job of its own started for them)."""
+        if stage.num_gpus or stage.on_driver:
+            return False
+        return self.config.execution.executor == "local" or self._inline(rows, stage)
+
     def worker_cpu_s(self) -> float:
         return getattr(self.executor, "worker_cpu_s", 0.0)
 
@@ -183,8 +214,7 @@ class Run:
         with self.progress.task(label, table.num_rows) as advance:
             done = 0
             if stage.on_driver or not stage.num_gpus:
-                small = (stage.on_driver or table.num_rows <= execution.inline_batches * stage.batch_size
-                         or (execution.inline_seconds > 0 and not stage.executor_gains()))
+                small = stage.on_driver or self._inline(table.num_rows, stage)
                 for batch, done in self._in_driver(table, stage, None if small else execution.inline_seconds):
                     advance(count(batch))
                     yield batch

@@ -1,14 +1,18 @@
 """The part of a stage that may start before its turn: a stage declares `early=(stage, work)`,
 and once that stage has run, `work(run)` starts in a thread and runs beside the stages in
 between; when its own turn comes, the stage's `execute` takes the result (run.early_result),
-waiting for it if need be. The embed stage so embeds and indexes what resolve wrote while
-cluster and report run, which leave a core idle (their Leiden and planning are single-threaded).
+waiting for it if need be, and does the rest. The embed stage so embeds and indexes the new
+chunks while resolve runs, which leaves a core idle for most of its time (a 0.1% update at 1.2M
+chunks: 42.4 -> 38.6 s; docs/benchmarks.md). Work is worth starting early only beside a stage
+that leaves a core idle: beside cluster (Leiden and its quality check in a second process) or
+report (its LLM client and the LLM server) it slowed them by as much as it saved.
 
 What it writes to tables is counted in its stage's row (bytes_written from the table's version
 when the work started); the CPU seconds of the stages it ran beside include its own (a row's
 cpu_s is the process's during the row's wall time, so the rows still add up to the run's), and
-its stage's details say so (`early`). Work that holds GPUs does not start early: it waits for
-its turn, as GPUs held by the LLM engine may be what it needs."""
+its stage's details say so (`early`: after, beside, wall_s, waited_s). Work that holds GPUs
+does not start early (the LLM engine's replicas may hold them): the stage does it at its turn.
+"""
 
 from __future__ import annotations
 

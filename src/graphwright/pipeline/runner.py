@@ -112,7 +112,9 @@ def _walk(run: Run, lock, command: str, stages: tuple[Stage, ...]) -> dict:
                     lock.check()  # a run whose lease was taken over must not publish
                 with run.stage(stage.name, gpus=stage.gpus(config)) as metrics:
                     run.results[stage.name] = stage.execute(run, metrics)
+                run.early.start_after(run, stage.name, enabled)
         finally:
+            run.early.wait()  # a run that stops leaves no early part writing
             run.close_llm()
             run.close_executor()
         summary.update(_summary(run))

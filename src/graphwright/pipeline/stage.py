@@ -47,3 +47,7 @@ class Stage:
     # the first stages leave a core idle. A head start only: should it fail, the run logs it
     # and goes on, and the stage must work without it
     prepare: Callable[[Run], None] | None = None
+    # (a stage, work): `work(run)`, the part of this stage that needs no more than what that stage
+    # and those before it wrote, starts in a thread once that stage has run, beside the stages in
+    # between; `execute` takes its result from run.early_result (pipeline.early)
+    early: tuple[str, Callable[[Run], object]] | None = None

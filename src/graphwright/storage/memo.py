@@ -31,10 +31,14 @@ class StageMemo:
             return None
         return note if note.get("key") == self.key else None
 
-    def unchanged(self) -> dict | None:
-        """What the stage returned last time, if its tables are at the versions it left them."""
+    def unchanged(self, ignoring: tuple[str, ...] = ()) -> dict | None:
+        """What the stage returned last time, if its tables (but those it is `ignoring`) are at
+        the versions it left them."""
         note = self._note()
-        if note is None or note.get("reads") != self.seen or note.get("writes") != self._versions(self.writes):
+        if note is None or note.get("writes") != self._versions(self.writes):
+            return None
+        seen = {name: v for name, v in self.seen.items() if name not in ignoring}
+        if {name: v for name, v in (note.get("reads") or {}).items() if name not in ignoring} != seen:
             return None
         return note.get("result", {})
 

@@ -1,7 +1,8 @@
 """Embed stage: embed only the entities, chunks, reports (and, with embed.entity_names, entity
 names; with embed.relationships, the relationships) whose text changed, keyed by a hash of model
-and text, in one pass so that one actor pool loads the model once; then write each kind's vector
-index (vector_files) and the lexical indexes, synonym edges and passage graph (search_files)."""
+and text; then write each kind's vector index (vector_files) and the lexical indexes, synonym
+edges and passage graph (search_files). The chunks' part starts early, beside resolve (`early`);
+the rest, in one pass, at the stage's turn."""
 
 from __future__ import annotations
 
@@ -24,33 +25,101 @@ from graphwright.util.cores import usable_cores
 ENTITY_TEXT_CHARS = 600
 
 
-def execute(run, m: dict) -> dict:
-    store, cfg = run.store, run.config
+# The chunk kind's vectors and lexical index need only what ingest and chunk wrote: the runner
+# starts them once extract has run (`early`), beside resolve, cluster and report. Resolve leaves a
+# core idle for most of its time; started beside extract they slowed its LLM calls by as much.
+EARLY_KINDS = ("chunk",)
+EARLY_READS = ("documents", "chunks")
+
+
+def _memo(run) -> StageMemo:
+    cfg = run.config
     # everything the vectors and the search files are built from: titles, aliases and relationships too
     reads = tuple(t for t in STAGE.reads if t != "embeddings")
     settings = cfg.embed.model_dump_json() + cfg.vectors.model_dump_json() + cfg.search_index.model_dump_json()
-    memo = StageMemo(store, "embed", reads, ("embeddings",), settings)
+    return StageMemo(run.store, "embed", reads, ("embeddings",), settings)
+
+
+def _reusable(store, last: dict | None) -> bool:
+    return bool(last) and all(store.files.exists(f) for f in last["vector_indexes"].values() if f)
+
+
+def _reused(counts: dict) -> dict:
+    return {"embedded": 0, "reused": counts["embedded"] + counts["reused"], "removed": 0}
+
+
+def _is_early(kind: str) -> bool:
+    return kind in EARLY_KINDS
+
+
+def early(run) -> dict:
+    """The stage's early part, EARLY_KINDS' vectors and lexical indexes: {"result", "metrics",
+    "reused"}, reused as the last run left them when neither the documents nor the chunks moved;
+    None, having written nothing, where its batches would not all run in this process (the stage
+    then embeds every kind in one pass, at its turn)."""
+    memo = _memo(run)
+    last = memo.unchanged(ignoring=tuple(t for t in memo.reads if t not in EARLY_READS))
+    if _reusable(run.store, last):
+        counts = {k: _reused(c) for k, c in last["counts"].items() if _is_early(k)}
+        files = {k: f for k, f in last["vector_indexes"].items() if _is_early(k.removeprefix("lexical:"))}
+        total = sum(c["reused"] for c in counts.values())
+        return {"result": {"vector_indexes": files, "vector_files": {}, "counts": counts}, "reused": True,
+                "metrics": {**counts, "early_reused": True, "rows_in": total, "work_total": total}}
+    # the stored chunk vectors are those of the chunks its last run read, if nothing wrote them since
+    since = (memo.last_reads() or {}).get("chunks") if memo.writes_unmoved() else None
+    m: dict = {}
+    result = _embed(run, m, since, _is_early, graph=False, in_process=True)
+    return None if result is None else {"result": result, "metrics": m, "reused": False}
+
+
+def execute(run, m: dict) -> dict:
+    started = run.early_result("embed")  # waited for; None if it did not start, or left the work to this pass
+    memo = _memo(run)
     last = memo.unchanged()
-    if last and all(store.files.exists(f) for f in last["vector_indexes"].values() if f):
-        counts = {k: {"embedded": 0, "reused": c["embedded"] + c["reused"], "removed": 0} for k, c in last["counts"].items()}
+    if (started is None or started["reused"]) and _reusable(run.store, last):
+        counts = {k: _reused(c) for k, c in last["counts"].items()}
         m.update(rows_in=0, rows_out=0, skipped=True, work_unit="items", work_done=0,
                  work_total=sum(c["reused"] for c in counts.values()))
         return {"vector_indexes": last["vector_indexes"], "counts": counts}
-    # the stored chunk vectors are those of the chunks its last run read, if nothing wrote them since
-    since = (memo.last_reads() or {}).get("chunks") if memo.writes_unmoved() else None
-    result = _embed(run, m, since)
+    if started is None:  # every kind in one pass, so that an actor pool or the GPU replicas start once
+        since = (memo.last_reads() or {}).get("chunks") if memo.writes_unmoved() else None
+        result = _embed(run, m, since, lambda kind: True, graph=True)
+    else:
+        rest = _embed(run, m, None, lambda kind: not _is_early(kind), graph=True)
+        result = {name: started["result"][name] | rest[name] for name in ("vector_indexes", "vector_files", "counts")}
+        _merged_metrics(m, started["metrics"])
     memo.record(result)
     return result
 
 
-def _embed(run, m: dict, since: int | None = None) -> dict:
-    """`since`: the chunks table's version whose chunks the stored chunk vectors are (None: not known)."""
+def _merged_metrics(m: dict, first: dict) -> None:
+    """The stage's metrics `m` with its early part's (`first`): counts added, details kept."""
+    for key in ("rows_in", "rows_out", "work_done", "work_total"):
+        m[key] = m.get(key, 0) + first.get(key, 0)
+    for key, value in first.items():
+        if key in ("lexical", "vector_index_s"):
+            m[key] = value | m.get(key, {})
+        elif key == "lexical_s":
+            m[key] = round(value + m.get(key, 0.0), 3)
+        elif key not in m:
+            m[key] = value
+
+
+def _embed(run, m: dict, since: int | None, wanted, graph: bool, in_process: bool = False) -> dict | None:
+    """Embed the kinds `wanted(kind)` accepts and write their indexes (and, with `graph`, the
+    synonyms and the passage graph). `since`: the chunks table's version whose chunks the stored
+    chunk vectors are (None: not known). With `in_process`, None, having written nothing, if
+    the batches would not all run in this process (an actor pool, GPU replicas: started for this
+    part, they would start again for the rest of the stage)."""
     store, cfg = run.store, run.config
     model = model_name(cfg.embed)
     counts, todo_parts, keys = {}, [], {}
-    changes = changes_since(store, "chunks", since, "chunk_id", ["chunk_id", "text"])
-    m["chunk_changes"] = "log" if changes is not None else "table"
-    for kind, items in _embedding_inputs(store, cfg.embed, chunk_ids=changes is None).items():
+    changes = changes_since(store, "chunks", since, "chunk_id", ["chunk_id", "text"]) if wanted("chunk") else None
+    if wanted("chunk"):
+        m["chunk_changes"] = "log" if changes is not None else "table"
+    items = have = todo = kept = None
+    stale_of = []
+    for kind, items in _embedding_inputs(store, cfg.embed, wanted, chunk_ids=changes is None).items():
         have, held = read_partition(store, "embeddings", ["item_id", "text_hash", "model"], {"kind": kind}, "item_id")
         have = have.filter(pc.equal(have.column("model"), model)).select(["item_id", "text_hash"])
         n_items = items.num_rows
@@ -61,8 +130,7 @@ def _embed(run, m: dict, since: int | None = None) -> dict:
             todo, stale = _chunks_to_embed(store, model, items.column("item_id"), have)
         else:
             todo, stale = _items_to_embed(model, items, have)
-        if len(stale):
-            delete_matching(store, "embeddings", "item_id", stale, where={"kind": kind, "model": model}, known=held)
+        stale_of.append((kind, stale, held))
         # the kind's keys as the table will hold them once the vectors are appended: its vector
         # index is named and diffed from them instead of reading them again (1.2M chunks: 1.3 s)
         kept = have.filter(pc.invert(pc.is_in(have.column("item_id"), value_set=stale))) if len(stale) else have
@@ -71,6 +139,12 @@ def _embed(run, m: dict, since: int | None = None) -> dict:
         counts[kind] = {"embedded": todo.num_rows, "reused": n_items - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB
     del items, have, todo, kept
+    if in_process and (cfg.embed.engine == "vllm" or not run.stays_in_process(sum(t.num_rows for t in todo_parts), _batch_stage(cfg))):
+        return None
+    for kind, stale, held in stale_of:
+        if len(stale):
+            delete_matching(store, "embeddings", "item_id", stale, where={"kind": kind, "model": model}, known=held)
+    del stale_of
     todo = embedding_order(todo_parts, cfg.execution.commit_every)
     todo_parts.clear()
     pending: list[pa.Table] = []
@@ -88,7 +162,7 @@ def _embed(run, m: dict, since: int | None = None) -> dict:
     del todo  # the texts are not needed while the indexes are built
     if appended != embedded:  # not every item came back with a vector: the indexes read the table's keys
         keys = {}
-    files, digests = write_index_files(store, cfg, model, list(counts), m, keys)
+    files, digests = write_index_files(store, cfg, model, list(counts), m, keys, lexical=wanted, graph=graph)
     total = sum(c["embedded"] + c["reused"] for c in counts.values())
     m.update(rows_in=total, rows_out=embedded, model=model, **counts,
              work_unit="items", work_done=embedded, work_total=total)
@@ -138,11 +212,7 @@ def _embedded(run, todo: pa.Table):
     """`todo`'s rows with a `vector` instead of their `text`, batch by batch."""
     cfg = run.config
     if cfg.embed.engine != "vllm":
-        # an actor's torch threads are capped to its CPUs; the driver, running batches alone, uses all of its cores
-        stage = BatchStage("embed", EmbedBatch, (cfg.embed, actor_threads(cfg.execution.actor_num_cpus)), batch_size=cfg.embed.batch_size,
-                           num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors,
-                           driver_args=(cfg.embed, None), weight="text", driver_threads=_driver_threads(cfg.embed))
-        yield from run.map_batches("embed", todo, stage)
+        yield from run.map_batches("embed", todo, _batch_stage(cfg))
         return
     from graphwright.engines.embed import make_embedder
     from graphwright.pipeline.staging import Staging
@@ -158,6 +228,13 @@ def _embedded(run, todo: pa.Table):
             yield rest.take(pa.array(positions)).append_column("vector", pa.ListArray.from_arrays(offsets, flat))
 
 
+def _batch_stage(cfg) -> BatchStage:
+    # an actor's torch threads are capped to its CPUs; the driver, running batches alone, uses all of its cores
+    return BatchStage("embed", EmbedBatch, (cfg.embed, actor_threads(cfg.execution.actor_num_cpus)), batch_size=cfg.embed.batch_size,
+                      num_cpus=cfg.execution.actor_num_cpus, actors=cfg.execution.actors,
+                      driver_args=(cfg.embed, None), weight="text", driver_threads=_driver_threads(cfg.embed))
+
+
 def _driver_threads(embed) -> int:
     """The cores the embedder keeps busy in the driver: torch's threads, one per core; the others one."""
     if embed.engine != "sentence-transformers":
@@ -165,22 +242,24 @@ def _driver_threads(embed) -> int:
     return usable_cores()
 
 
-def _embedding_inputs(store: IndexStore, embed, chunk_ids: bool = True) -> dict[str, pa.Table]:
-    """Each kind's items: item_id and text (chunks: their ids alone, or, without `chunk_ids`, none:
-    the stage takes them from the chunks table's log)."""
-    ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
-    chunks = store.read("chunks", columns=["chunk_id"]) if chunk_ids else pa.table({"chunk_id": pa.array([], pa.string())})
-    reports = store.read("community_reports", columns=["community_id", "full_content"])
-    # the model reads 256 word-pieces at most; a longer description would only cost time
-    entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
-    inputs = {
-        "entity": pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())}),
-        "chunk": pa.table({"item_id": chunks.column("chunk_id")}),  # texts only of new chunks (_embed)
-        "report": pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")}),
-    }
-    if embed.entity_names:  # synonym edges, and the graph mode's links from the question's phrases
+def _embedding_inputs(store: IndexStore, embed, wanted, chunk_ids: bool = True) -> dict[str, pa.Table]:
+    """The items of each kind `wanted(kind)` accepts: item_id and text (chunks: their ids alone,
+    or, without `chunk_ids`, none: the stage takes them from the chunks table's log)."""
+    inputs = {}
+    if wanted("entity") or (embed.entity_names and wanted("entity_name")):
+        ent = store.read("entities", columns=["entity_id", "name", "type", "description"])
+    if wanted("entity"):  # the model reads 256 word-pieces at most; a longer description would only cost time
+        entity_text = [f"{n} ({t}): {d[:ENTITY_TEXT_CHARS]}" for n, t, d in zip(*(ent.column(c).to_pylist() for c in ("name", "type", "description")))]
+        inputs["entity"] = pa.table({"item_id": ent.column("entity_id"), "text": pa.array(entity_text, pa.string())})
+    if wanted("chunk"):  # texts only of new chunks (_embed)
+        chunks = store.read("chunks", columns=["chunk_id"]) if chunk_ids else pa.table({"chunk_id": pa.array([], pa.string())})
+        inputs["chunk"] = pa.table({"item_id": chunks.column("chunk_id")})
+    if wanted("report"):
+        reports = store.read("community_reports", columns=["community_id", "full_content"])
+        inputs["report"] = pa.table({"item_id": reports.column("community_id"), "text": reports.column("full_content")})
+    if embed.entity_names and wanted("entity_name"):  # synonym edges, and the graph mode's links from the question's phrases
         inputs["entity_name"] = pa.table({"item_id": ent.column("entity_id"), "text": ent.column("name")})
-    if embed.relationships:  # for the query's relation-level (LightRAG "high") search
+    if embed.relationships and wanted("relationship"):  # for the query's relation-level (LightRAG "high") search
         rel = store.read("relationships", columns=["relationship_id", "source", "target", "description"])
         rel_text = [f"{s} - {t}: {d[:ENTITY_TEXT_CHARS]}" for s, t, d in zip(*(rel.column(c).to_pylist() for c in ("source", "target", "description")))]
         inputs["relationship"] = pa.table({"item_id": rel.column("relationship_id"), "text": pa.array(rel_text, pa.string())})
@@ -263,7 +342,7 @@ def where(cfg) -> Where:
 STAGE = Stage(
     "embed", reads=("documents", "entities", "entity_aliases", "chunks", "community_reports", "relationships", "embeddings"),
     writes=("embeddings", "vectors/", "lexical/", "graph/"),
-    execute=execute, where=where, gpus=gpus,
+    execute=execute, where=where, gpus=gpus, early=("extract", early),
     summary="embed what changed; update or build each kind's vector and lexical index, the synonyms and the passage graph",
     engines=("embed: sentence-transformers | hashing | openai | vllm", "vectors: faiss | cuvs; lexical: tantivy"),
 )

@@ -53,17 +53,19 @@ def manifest_key(kind: str) -> str:
     return f"lexical:{kind}"
 
 
-def lexical_work(store: IndexStore, cfg, stats: dict) -> list[tuple[str, str, Callable[[], str]]]:
-    """(kind, manifest key, the work that writes its version file and returns its path) for each
-    kind's lexical index, built or updated: independent of each other, for any thread to take.
-    `stats` gets, per kind, how its changes were found and how many rows were read."""
+def lexical_work(store: IndexStore, cfg, stats: dict, wanted: Callable[[str], bool] = lambda kind: True
+                 ) -> list[tuple[str, str, Callable[[], str]]]:
+    """(kind, manifest key, the work that writes its version file and returns its path) for the
+    lexical index of each kind `wanted(kind)` accepts, built or updated: independent of each
+    other, for any thread to take. `stats` gets, per kind, how its changes were found and how
+    many rows were read."""
     if cfg.search_index.lexical == "none":
         return []
     published = manifest.published(store).get("vector_indexes", {})
     threads = min(4, driver_cores(cfg.execution))
     return [(kind, manifest_key(kind), functools.partial(write_kind, store, kind, published.get(manifest_key(kind)), threads,
                                                          stats.setdefault(kind, {})))
-            for kind in KINDS]
+            for kind in KINDS if wanted(kind)]
 
 
 def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int = 1, stats: dict | None = None) -> str:

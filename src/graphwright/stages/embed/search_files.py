@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
+from collections.abc import Callable
 
 from graphwright.stages.embed.lexical import lexical_work
 from graphwright.stages.embed.passage_graph import MANIFEST_KEY as GRAPH_KEY
@@ -23,8 +24,8 @@ from graphwright.util.threads import side_by_side
 FIRST = ("lexical:relationship", "lexical:chunk", "chunk")
 
 
-def write_index_files(store, cfg, model: str, kinds, seconds: dict,
-                      keys: dict | None = None) -> tuple[dict[str, str], dict[str, str]]:
+def write_index_files(store, cfg, model: str, kinds, seconds: dict, keys: dict | None = None,
+                      lexical: Callable[[str], bool] = lambda kind: True, graph: bool = True) -> tuple[dict[str, str], dict[str, str]]:
     """Every kind's vector index (vector_files) and the search files: (manifest key -> path, the
     sha256 of each vector file written). `seconds` gets the time each part took (and, under
     "lexical", how each lexical index found what changed and how long it took).
@@ -35,18 +36,20 @@ def write_index_files(store, cfg, model: str, kinds, seconds: dict,
     is left for one thread at the end while the other waits (a 0.1% update at 1.2M chunks: 4 s of
     lexical indexes, 3.5 s of names and graph, 2 s of other vector indexes; one thread taking
     every lexical index left the other waiting 1.4 s). `keys`: each kind's (item_id, text_hash)
-    rows as the embeddings table holds them, where the caller has them (write_vector_index)."""
+    rows as the embeddings table holds them, where the caller has them (write_vector_index).
+    `lexical(kind)`: whether to write that kind's lexical index; `graph`: whether to write the
+    synonyms and the passage graph (the embed stage writes the report kind's after the others)."""
     files, digests, out = {}, {}, {}
-    lexical, vector = seconds.setdefault("lexical", {}), seconds.setdefault("vector_index_s", {})
+    lexical_s, vector = seconds.setdefault("lexical", {}), seconds.setdefault("vector_index_s", {})
 
     def vectors(kind: str) -> None:
         files[kind], written = _timed(vector, kind, lambda: write_vector_index(store, kind, model, cfg, keys=(keys or {}).get(kind)))
         digests.update(written)
 
     def lexical_index(kind: str, key: str, work) -> None:
-        out[key] = _timed(lexical[kind], "s", work)
+        out[key] = _timed(lexical_s[kind], "s", work)
 
-    pieces = [(key, functools.partial(lexical_index, kind, key, work)) for kind, key, work in lexical_work(store, cfg, lexical)]
+    pieces = [(key, functools.partial(lexical_index, kind, key, work)) for kind, key, work in lexical_work(store, cfg, lexical_s, lexical)]
     pieces += [(kind, functools.partial(vectors, kind)) for kind in kinds if kind != NAME_KIND]
     pieces.sort(key=lambda piece: FIRST.index(piece[0]) if piece[0] in FIRST else len(FIRST))  # stable
     queue = deque(piece for _, piece in pieces)
@@ -62,13 +65,13 @@ def write_index_files(store, cfg, model: str, kinds, seconds: dict,
     def names_then_graph():
         if NAME_KIND in kinds:
             vectors(NAME_KIND)
-        graph = _graph_files(store, cfg, model, files.get(NAME_KIND), seconds) if cfg.search_index.passage_graph else {}
+        made = _graph_files(store, cfg, model, files.get(NAME_KIND), seconds) if graph and cfg.search_index.passage_graph else {}
         take_the_rest()
-        return graph
+        return made
 
-    _, graph = side_by_side(take_the_rest, names_then_graph, "index-files")
-    seconds["lexical_s"] = round(sum(v.get("s", 0.0) for v in lexical.values()), 3)
-    return {k: files[k] for k in kinds} | out | graph, digests
+    _, made = side_by_side(take_the_rest, names_then_graph, "index-files")
+    seconds["lexical_s"] = round(sum(v.get("s", 0.0) for v in lexical_s.values()), 3)
+    return {k: files[k] for k in kinds} | out | made, digests
 
 
 def _graph_files(store, cfg, model: str, names_file: str | None, seconds: dict) -> dict[str, str]:
