@@ -11,7 +11,6 @@ import pytest
 from _helpers import index_fresh, make_config, run, run_stage_details, two_documents
 
 from graphwright.pipeline import definition
-from graphwright.pipeline.context import Run
 from graphwright.pipeline.early import EarlyWork
 from graphwright.stages import embed
 from graphwright.storage.delta import IndexStore
@@ -69,21 +68,24 @@ def test_an_update_that_changes_only_reports_reuses_the_chunks_part(tmp_path):
     assert run_stage_details(indexed.index, noop)["embed"]["skipped"] is True
 
 
-def test_work_that_would_start_a_pool_of_workers_is_done_in_one_pass_at_the_stages_turn(tmp_path, monkeypatch):
-    passes = []
-    map_batches = Run.map_batches
+def test_work_that_would_start_a_pool_of_workers_is_left_to_one_pass_at_the_stages_turn(tmp_path, monkeypatch):
+    from graphwright.pipeline.executors import LocalExecutor
 
-    def counted(self, label, table, stage, *args, **kwargs):
-        passes.append((label, table.num_rows))
-        return map_batches(self, label, table, stage, *args, **kwargs)
+    pools = []  # the executor's map_batches calls: where an actor pool would start
+    map_batches = LocalExecutor.map_batches
 
-    monkeypatch.setattr(Run, "map_batches", counted)
-    monkeypatch.setattr(Run, "stays_in_process", lambda self, rows, stage: False)
-    indexed = index_fresh(tmp_path)
+    def counted(self, table, stage):
+        pools.append((stage.name, table.num_rows))
+        return map_batches(self, table, stage)
+
+    monkeypatch.setattr(LocalExecutor, "map_batches", counted)
+    config = make_config(execution={"inline_batches": 0, "inline_seconds": 0})  # every batch to the executor
+    indexed = index_fresh(tmp_path, config=config)
     details = run_stage_details(indexed.index, indexed.summary)["embed"]
-    assert [label for label, _ in passes if label == "embed"] == ["embed"]  # the chunks with the rest
+    embed_pools = [rows for name, rows in pools if name == "embed"]
+    assert len(embed_pools) == 1 and embed_pools[0] == sum(c["embedded"] for c in indexed.summary["recomputed"]["embeddings"].values())
     assert details["chunk"]["embedded"] == indexed.summary["chunks"] and details["entity"]["embedded"] > 0
-    assert details["early"]["after"] == "extract"  # started, and found the work was not its to do
+    assert details["early"]["after"] == "extract"  # started, and left the work to the stage's pass
 
 
 def test_a_run_that_fails_waits_for_the_early_part_and_its_error_is_the_stages(tmp_path, monkeypatch):

@@ -178,25 +178,14 @@ class Run:
             self._early_rows[name] = row
         return value
 
-    def _inline(self, rows: int, stage: BatchStage) -> bool:
-        """Whether map_batches runs all `rows` rows' batches in the driver from the start."""
-        execution = self.config.execution
-        return rows <= execution.inline_batches * stage.batch_size or (execution.inline_seconds > 0 and not stage.executor_gains())
-
-    def stays_in_process(self, rows: int, stage: BatchStage) -> bool:
-        """Whether map_batches would run every batch of `rows` rows with a function built in this
-        process (no actor pool, no GPU, no Ray job of its own started for them)."""
-        if stage.num_gpus or stage.on_driver:
-            return False
-        return self.config.execution.executor == "local" or self._inline(rows, stage)
-
     def worker_cpu_s(self) -> float:
         return getattr(self.executor, "worker_cpu_s", 0.0)
 
     def _worker_starts(self) -> int:
         return getattr(self.executor, "worker_starts", 0) + self._local.worker_starts
 
-    def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len):
+    def map_batches(self, label: str, table: pa.Table, stage: BatchStage, count: Callable[[pa.Table], int] = len,
+                    driver_only: bool = False):
         """Run a per-row stage, yielding result batches; progress advances by `count(batch)`.
 
         Small work runs in the driver: starting Ray and an actor pool costs seconds that a few
@@ -207,20 +196,22 @@ class Run:
         so spends at most inline_seconds (and a batch) before handing over (a ski-rental bound:
         never much worse than choosing right up front). A stage whose actors would run no more
         threads than its function runs in the driver stays there (BatchStage.executor_gains),
-        unless inline_seconds is 0."""
+        unless inline_seconds is 0. With `driver_only` the rows that would go to the executor are
+        left undone (the caller sees fewer rows come back)."""
         if not table.num_rows:
             return
         execution = self.config.execution
         with self.progress.task(label, table.num_rows) as advance:
             done = 0
             if stage.on_driver or not stage.num_gpus:
-                small = stage.on_driver or self._inline(table.num_rows, stage)
+                small = (stage.on_driver or table.num_rows <= execution.inline_batches * stage.batch_size
+                         or (execution.inline_seconds > 0 and not stage.executor_gains()))
                 for batch, done in self._in_driver(table, stage, None if small else execution.inline_seconds):
                     advance(count(batch))
                     yield batch
                 if done:
                     self.inlined[label] = self.inlined.get(label, 0) + done
-            if done < table.num_rows:
+            if done < table.num_rows and not driver_only:
                 if self.executor is None:  # started on first use: a no-op run never starts Ray
                     from graphwright.pipeline.staging import Staging
 

@@ -55,8 +55,8 @@ def _is_early(kind: str) -> bool:
 def early(run) -> dict:
     """The stage's early part, EARLY_KINDS' vectors and lexical indexes: {"result", "metrics",
     "reused"}, reused as the last run left them when neither the documents nor the chunks moved;
-    None, having written nothing, where its batches would not all run in this process (the stage
-    then embeds every kind in one pass, at its turn)."""
+    None where some of its batches would not run in this process (the stage's one pass, at its
+    turn, then embeds what is left with every other kind)."""
     memo = _memo(run)
     last = memo.unchanged(ignoring=tuple(t for t in memo.reads if t not in EARLY_READS))
     if _reusable(run.store, last):
@@ -108,9 +108,10 @@ def _merged_metrics(m: dict, first: dict) -> None:
 def _embed(run, m: dict, since: int | None, wanted, graph: bool, in_process: bool = False) -> dict | None:
     """Embed the kinds `wanted(kind)` accepts and write their indexes (and, with `graph`, the
     synonyms and the passage graph). `since`: the chunks table's version whose chunks the stored
-    chunk vectors are (None: not known). With `in_process`, None, having written nothing, if
-    the batches would not all run in this process (an actor pool, GPU replicas: started for this
-    part, they would start again for the rest of the stage)."""
+    chunk vectors are (None: not known). With `in_process`, only batches that run in this
+    process are embedded, and None is returned if some would not (an actor pool or GPU replicas,
+    started for this part, would start again for the rest of the stage): the stage's one pass
+    then embeds what is left, with every other kind."""
     store, cfg = run.store, run.config
     model = model_name(cfg.embed)
     counts, todo_parts, keys = {}, [], {}
@@ -139,7 +140,7 @@ def _embed(run, m: dict, since: int | None, wanted, graph: bool, in_process: boo
         counts[kind] = {"embedded": todo.num_rows, "reused": n_items - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB
     del items, have, todo, kept
-    if in_process and (cfg.embed.engine == "vllm" or not run.stays_in_process(sum(t.num_rows for t in todo_parts), _batch_stage(cfg))):
+    if in_process and cfg.embed.engine == "vllm":
         return None
     for kind, stale, held in stale_of:
         if len(stale):
@@ -149,7 +150,7 @@ def _embed(run, m: dict, since: int | None, wanted, graph: bool, in_process: boo
     todo_parts.clear()
     pending: list[pa.Table] = []
     embedded, appended = todo.num_rows, 0
-    for batch in _embedded(run, todo):
+    for batch in _embedded(run, todo, driver_only=in_process):
         if not batch.num_rows:
             continue
         appended += batch.num_rows
@@ -159,6 +160,8 @@ def _embed(run, m: dict, since: int | None, wanted, graph: bool, in_process: boo
         if crowded or _window_of(pending[-1], pc.max) > _window_of(pending[0]):  # a window is complete
             _commit_vectors(store, model, pending, keep_open=not crowded)
     _commit_vectors(store, model, pending)
+    if in_process and appended < embedded:
+        return None
     del todo  # the texts are not needed while the indexes are built
     if appended != embedded:  # not every item came back with a vector: the indexes read the table's keys
         keys = {}
@@ -208,11 +211,12 @@ def _changed_chunks(model: str, changes, stored: pa.ChunkedArray) -> tuple[pa.Ta
                      "order": pa.array(np.arange(fresh.num_rows, dtype=np.int64))}), pc.unique(stale)
 
 
-def _embedded(run, todo: pa.Table):
-    """`todo`'s rows with a `vector` instead of their `text`, batch by batch."""
+def _embedded(run, todo: pa.Table, driver_only: bool = False):
+    """`todo`'s rows with a `vector` instead of their `text`, batch by batch (`driver_only`: those
+    that run.map_batches runs in the driver)."""
     cfg = run.config
     if cfg.embed.engine != "vllm":
-        yield from run.map_batches("embed", todo, _batch_stage(cfg))
+        yield from run.map_batches("embed", todo, _batch_stage(cfg), driver_only=driver_only)
         return
     from graphwright.engines.embed import make_embedder
     from graphwright.pipeline.staging import Staging
