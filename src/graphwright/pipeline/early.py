@@ -2,8 +2,9 @@
 and once that stage has run, `work(run)` starts in a thread and runs beside the stages in
 between; when its own turn comes, the stage's `execute` takes the result (run.early_result),
 waiting for it if need be, and does the rest. The embed stage so embeds and indexes the new
-chunks while resolve runs, which leaves a core idle for most of its time (a 0.1% update at 1.2M
-chunks: 42.4 -> 38.6 s; docs/benchmarks.md). Work is worth starting early only beside a stage
+chunks while resolve runs, which leaves a core idle for most of its time (at 1.2M chunks embed
+took 3.9-4.7 s of a 0.1% update instead of 6.8-7.8 s, and 7.0 s of a 1% update instead of
+15.3 s; docs/benchmarks.md). Work is worth starting early only beside a stage
 that leaves a core idle: beside cluster (Leiden and its quality check in a second process) or
 report (its LLM client and the LLM server) it slowed them by as much as it saved.
 
@@ -42,11 +43,8 @@ class EarlyWork:
     def start_after(self, run, done: str, stages) -> None:
         """Start the early work of every stage in `stages` that may start once stage `done` has run."""
         for stage in stages:
-            if stage.early is None or stage.early[0] != done or stage.name in self._started:
-                continue
-            if stage.gpus(run.config):
-                continue  # at its turn (see the module's note)
-            self._start(run, stage, stage.early[1])
+            if stage.early_after(run.config) == done and stage.name not in self._started:
+                self._start(run, stage, stage.early[1])
 
     def _start(self, run, stage, work: Callable) -> None:
         future: Future = Future()
@@ -67,7 +65,7 @@ class EarlyWork:
     def running_beside(self, name: str) -> None:
         """Note that stage `name` is starting, beside whatever early work is unfinished."""
         for started in self._started.values():
-            if started.ended is None and not started.future.done():
+            if not started.future.done():
                 started.beside.append(name)
 
     def tables_of_others(self, name: str) -> set[str]:

@@ -16,13 +16,8 @@ def describe(cfg: PipelineConfig) -> list[dict]:
             continue
         where = stage.where(cfg)
         rows.append({"stage": stage.name, "engine": where.engine, "runs_on": where.runs_on, "resources": where.resources,
-                     "reads": list(stage.reads), "writes": list(stage.writes), "early_after": early_after(stage, cfg)})
+                     "reads": list(stage.reads), "writes": list(stage.writes), "early_after": stage.early_after(cfg)})
     return rows
-
-
-def early_after(stage, cfg: PipelineConfig) -> str | None:
-    """The stage after which the runner starts `stage`'s early part (pipeline.early), if it does."""
-    return stage.early[0] if stage.early is not None and not stage.gpus(cfg) else None
 
 
 def executor_line(cfg: PipelineConfig) -> str:

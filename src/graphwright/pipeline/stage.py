@@ -51,3 +51,8 @@ class Stage:
     # and those before it wrote, starts in a thread once that stage has run, beside the stages in
     # between; `execute` takes its result from run.early_result (pipeline.early)
     early: tuple[str, Callable[[Run], object]] | None = None
+
+    def early_after(self, cfg: PipelineConfig) -> str | None:
+        """The stage after which the runner starts this stage's early part under `cfg`, if it does:
+        not for a stage that holds GPUs (the LLM engine's replicas may hold them)."""
+        return self.early[0] if self.early is not None and not self.gpus(cfg) else None

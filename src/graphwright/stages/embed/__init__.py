@@ -44,6 +44,12 @@ def _reusable(store, last: dict | None) -> bool:
     return bool(last) and all(store.files.exists(f) for f in last["vector_indexes"].values() if f)
 
 
+def _since(memo: StageMemo) -> int | None:
+    """The chunks table's version whose chunks the stored chunk vectors are: the one the stage's
+    last run read, if nothing wrote the embeddings since (None: not known)."""
+    return (memo.last_reads() or {}).get("chunks") if memo.writes_unmoved() else None
+
+
 def _reused(counts: dict) -> dict:
     return {"embedded": 0, "reused": counts["embedded"] + counts["reused"], "removed": 0}
 
@@ -65,10 +71,8 @@ def early(run) -> dict:
         total = sum(c["reused"] for c in counts.values())
         return {"result": {"vector_indexes": files, "vector_files": {}, "counts": counts}, "reused": True,
                 "metrics": {**counts, "early_reused": True, "rows_in": total, "work_total": total}}
-    # the stored chunk vectors are those of the chunks its last run read, if nothing wrote them since
-    since = (memo.last_reads() or {}).get("chunks") if memo.writes_unmoved() else None
     m: dict = {}
-    result = _embed(run, m, since, _is_early, graph=False, in_process=True)
+    result = _embed(run, m, _since(memo), _is_early, graph=False, in_process=True)
     return None if result is None else {"result": result, "metrics": m, "reused": False}
 
 
@@ -82,8 +86,7 @@ def execute(run, m: dict) -> dict:
                  work_total=sum(c["reused"] for c in counts.values()))
         return {"vector_indexes": last["vector_indexes"], "counts": counts}
     if started is None:  # every kind in one pass, so that an actor pool or the GPU replicas start once
-        since = (memo.last_reads() or {}).get("chunks") if memo.writes_unmoved() else None
-        result = _embed(run, m, since, lambda kind: True, graph=True)
+        result = _embed(run, m, _since(memo), lambda kind: True, graph=True)
     else:
         rest = _embed(run, m, None, lambda kind: not _is_early(kind), graph=True)
         result = {name: started["result"][name] | rest[name] for name in ("vector_indexes", "vector_files", "counts")}
