@@ -116,7 +116,7 @@ def test_a_version_read_just_before_a_checkpoint_still_reads_after_a_vacuum(tmp_
     for n in range(12, 15):
         store.upsert("runs", _runs_row(n))
     store.ensure("runs").create_checkpoint()
-    assert _trim_logs(store, [], dry_run=False) == held  # the commits below the held version
+    assert _trim_logs(store, {}, dry_run=False) == held  # the commits below the held version
     assert store.read("runs", version=held).num_rows == held
 
 

@@ -138,3 +138,54 @@ def test_plan_says_which_stage_starts_part_of_its_work_early():
     assert rows["embed"]["early_after"] == "extract" and rows["resolve"]["early_after"] is None
     gpu = {r["stage"]: r for r in describe(make_config(embed={"engine": "vllm"}))}
     assert gpu["embed"]["early_after"] is None  # vLLM replicas: at its turn
+
+
+def test_a_write_whose_stage_the_runner_ends_meanwhile_does_not_fail(tmp_path, monkeypatch):
+    # an early part's thread writes while the main thread ends a stage and resets the store's journal
+    indexed = index_fresh(tmp_path)
+    store = indexed.store
+    store.journal = {}
+    version = store.version
+
+    def stage_ends_meanwhile(name, *args, **kwargs):
+        store.journal = None
+        return version(name, *args, **kwargs)
+
+    monkeypatch.setattr(store, "version", stage_ends_meanwhile)
+    store.overwrite("runs", store.read("runs"))
+    assert store.journal is None
+
+
+def test_threads_sharing_the_process_embedder_take_turns(monkeypatch):
+    import sys
+    import types
+
+    import numpy as np
+
+    from graphwright.config import EmbedConfig
+    from graphwright.engines.embed.sentence_transformers_engine import SentenceTransformerEmbedder
+
+    inside, most = [], []
+
+    class Model:  # a fast tokenizer raises "Already borrowed" when a second thread enters
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def get_embedding_dimension(self):
+            return 4
+
+        def encode(self, texts, **kwargs):
+            inside.append(1)
+            most.append(len(inside))
+            time.sleep(0.05)
+            inside.pop()
+            return np.zeros((len(texts), 4), np.float32)
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", types.SimpleNamespace(SentenceTransformer=Model))
+    embedder = SentenceTransformerEmbedder(EmbedConfig(model="/models/local"))
+    threads = [threading.Thread(target=embedder.encode, args=(["a text"],)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(most) == 1

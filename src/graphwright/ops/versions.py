@@ -42,19 +42,19 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
         raise ValueError("keep at least one version")
     staged = clear_leftovers(store.files, dry_run=dry_run)
     kept, dropped = rows[-keep:], rows[:-keep]
-    oldest = min(r["published_at"] for r in kept)
-    hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
     pins = _oldest_pins(kept)
     removed, orphans = staged, 0
     for name in DATA_TABLES:
         if not store.exists(name):
             continue
-        vacuumed = set(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run,
-                                                 full=False, post_commithook_properties=KEEP_LOG)) if dropped else set()
-        # what killed writers left, which a vacuum keeps (storage.orphans); a dry run's vacuum deleted none of it
-        left = set(remove_orphans(store, name, pins[name], dry_run=dry_run)) - vacuumed if name in pins else set()
-        removed += len(vacuumed) + len(left)
-        orphans += len(left)
+        if dropped:
+            oldest = min(r["published_at"] for r in kept)
+            hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
+            removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run,
+                                                     full=False, post_commithook_properties=KEEP_LOG))
+        if name in pins:  # what killed writers left, which a vacuum keeps (storage.orphans)
+            left = len(remove_orphans(store, name, pins[name], dry_run=dry_run))
+            removed, orphans = removed + left, orphans + left
     if not dropped:  # nothing else to drop; the logs still grow with every run
         return {"kept": [r["version"] for r in kept], "dropped": [], "files_removed": removed, "orphans_removed": orphans,
                 "log_files_removed": _trim_logs(store, pins, dry_run)}

@@ -131,7 +131,8 @@ class Run:
     def _record_stage(self, name: str, details: dict, wall: float, cpu: float, llm_before: dict, worker_before: float,
                       gpus: float) -> None:
         wall_s = time.perf_counter() - wall
-        written, self.store.journal = self.store.journal, None
+        # a copy: an early part's thread may still add to the journal it found (its own tables)
+        written, self.store.journal = dict(self.store.journal), None
         # what early work wrote meanwhile is its own stage's; that stage's counts from its start
         others = self.early.tables_of_others(name)
         written = {t: v for t, v in written.items() if t not in others}

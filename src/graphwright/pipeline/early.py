@@ -64,8 +64,8 @@ class EarlyWork:
 
     def running_beside(self, name: str) -> None:
         """Note that stage `name` is starting, beside whatever early work is unfinished."""
-        for started in self._started.values():
-            if not started.future.done():
+        for stage, started in self._started.items():
+            if stage != name and not started.future.done():
                 started.beside.append(name)
 
     def tables_of_others(self, name: str) -> set[str]:
@@ -89,5 +89,5 @@ class EarlyWork:
         for started in self._started.values():
             try:
                 started.future.result()
-            except BaseException:  # noqa: BLE001 - its own stage, which did not run, would have raised it
+            except Exception:  # noqa: BLE001 - its own stage, which did not run, would have raised it
                 pass

@@ -262,8 +262,9 @@ class IndexStore:
         return int(result.column("n")[0].as_py())
 
     def _writing(self, name: str) -> None:
-        if self.journal is not None and name not in self.journal:
-            self.journal[name] = self.version(name)
+        journal = self.journal  # the running stage's, which the runner may end meanwhile (pipeline.early)
+        if journal is not None and name not in journal:
+            journal.setdefault(name, self.version(name))
 
     def overwrite(self, name: str, table: pa.Table) -> int:
         """Replace the table's contents atomically (one Delta commit). Returns the new version."""
@@ -360,8 +361,9 @@ class IndexStore:
         dt = self._open(name)
         if dt is None:
             return 0
-        if self.journal is not None:
-            self.journal.setdefault(name, dt.version())
+        journal = self.journal
+        if journal is not None:
+            journal.setdefault(name, dt.version())
         return int(dt.delete(where, **delta_write(name)).get("num_deleted_rows", 0))
 
     def delete_in(self, name: str, column: str, values, *, also: str | None = None) -> int:

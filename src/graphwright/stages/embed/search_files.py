@@ -38,7 +38,7 @@ def write_index_files(store, cfg, model: str, kinds, seconds: dict, keys: dict |
     every lexical index left the other waiting 1.4 s). `keys`: each kind's (item_id, text_hash)
     rows as the embeddings table holds them, where the caller has them (write_vector_index).
     `lexical(kind)`: whether to write that kind's lexical index; `graph`: whether to write the
-    synonyms and the passage graph (the embed stage writes the report kind's after the others)."""
+    synonyms and the passage graph (the embed stage writes the chunk kind's apart, early)."""
     files, digests, out = {}, {}, {}
     lexical_s, vector = seconds.setdefault("lexical", {}), seconds.setdefault("vector_index_s", {})
 
