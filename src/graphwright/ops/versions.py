@@ -43,13 +43,13 @@ def retain(store: IndexStore, keep: int, *, dry_run: bool = False) -> dict:
     staged = clear_leftovers(store.files, dry_run=dry_run)
     kept, dropped = rows[-keep:], rows[:-keep]
     pins = _oldest_pins(kept)
+    # what only the dropped versions read: removed by a commit longer ago than the oldest kept version
+    hours = max(0, int((datetime.now(timezone.utc) - min(r["published_at"] for r in kept)).total_seconds() // 3600) + 1)
     removed, orphans = staged, 0
     for name in DATA_TABLES:
         if not store.exists(name):
             continue
         if dropped:
-            oldest = min(r["published_at"] for r in kept)
-            hours = max(0, int((datetime.now(timezone.utc) - oldest).total_seconds() // 3600) + 1)
             removed += len(store.ensure(name).vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=dry_run,
                                                      full=False, post_commithook_properties=KEEP_LOG))
         if name in pins:  # what killed writers left, which a vacuum keeps (storage.orphans)
