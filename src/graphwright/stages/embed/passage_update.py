@@ -65,7 +65,7 @@ def sorted_positions(ids: pa.Array, keys: pa.Array) -> np.ndarray | None:
     cut_ids, cut_keys = fixed_bytes(ids), fixed_bytes(keys)
     if cut_ids is None or cut_keys is None or cut_ids.dtype != cut_keys.dtype:
         return _codes([ids], keys)
-    return _carry(cut_ids, cut_keys)[:-1]
+    return sorted_index(cut_keys, cut_ids)
 
 
 def updated_chunk_keys(store, published: dict) -> pa.Array | None:
@@ -93,11 +93,11 @@ def updated_chunk_keys(store, published: dict) -> pa.Array | None:
     if gone is None or added is None or any(len(a) and a.dtype.itemsize != width for a in (gone, added)):
         return None  # ids of another length: read and sorted whole
     if len(gone):
-        at = _carry(gone, ids)[:-1]
+        at = sorted_index(ids, gone)
         ids = np.delete(ids, at[at >= 0])
     if len(added):
         added = np.unique(added).astype(ids.dtype)
-        new = added[_carry(added, ids)[:-1] < 0]  # the others are rewritten rows of ids kept
+        new = added[sorted_index(ids, added) < 0]  # the others are rewritten rows of ids kept
         ids = np.insert(ids, np.searchsorted(ids, new), new)
     if not len(ids):
         return pa.array([], pa.string())
@@ -144,7 +144,7 @@ def updated_mentions(store, published: dict, entity_keys: pa.Array, chunk_keys: 
     entity_now, chunk_now = _fixed(entity_keys), _fixed(chunk_keys)
     entity_map = _carry(old.entity_ids, entity_now)
     redone = pa.concat_arrays([changes.rows.column("entity_id").combine_chunks().cast(pa.string()), changes.deleted.cast(pa.string())])
-    at = _carry(_fixed(pc.unique(redone)), old.entity_ids)[:-1]
+    at = sorted_index(old.entity_ids, _fixed(pc.unique(redone)))
     entity_map[at[at >= 0]] = -1
     owner, chunk = entity_map[owner], _carry(old.chunk_ids, chunk_now)[chunk]
     kept = (owner >= 0) & (chunk >= 0)
@@ -163,5 +163,6 @@ def _versions_named_by(path: str, meta: dict, table_versions: dict) -> dict | No
 
 
 def _carry(old_ids: np.ndarray, new_ids: np.ndarray) -> np.ndarray:
-    """For each of `old_ids`, its position among the sorted `new_ids` (-1 where absent)."""
+    """For each of `old_ids`, its position among the sorted `new_ids` (-1 where absent), and a
+    last slot holding -1, so that an old code of -1 (absent) maps to -1 too."""
     return np.append(sorted_index(new_ids, old_ids), -1)  # the extra slot: what -1 (absent) maps to
