@@ -23,6 +23,7 @@ from graphwright.stages.extract.extractors import extractor_key
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.lock import run_lock
+from graphwright.util.collection import fewer_collections
 from graphwright.util.terminal import plain
 
 
@@ -78,7 +79,7 @@ def _run_pipeline(command: str, stages: tuple[Stage, ...], index_dir, config: Pi
     """Run under the index's run lock: a second run at the same time refuses (IndexLocked)."""
     store = IndexStore(index_dir)
     run_id = new_run_id()
-    with run_lock(store, run_id, command) as lock:
+    with run_lock(store, run_id, command) as lock, fewer_collections():
         log = log or (lambda msg: stderr_console.print(msg, highlight=False))
         run = Run(store, config, run_id, StageProgress(show_progress), log, request, lock=lock)
         return _walk(run, lock, command, stages)
