@@ -250,7 +250,6 @@ def test_keys_an_update_leaves_alone_keep_their_ngram_neighbours():
     before_pairs, after_pairs = named(keys), named(after)
     changed = {p for p in before_pairs ^ after_pairs if not ({*p} & (gone | added))}
     assert len(keys) > 3000 and len(changed) < 0.05 * len(before_pairs), (len(changed), len(before_pairs))
-    assert named(after) == after_pairs  # and still a function of the keys
 
 
 def test_candidates_stored_by_other_generators_are_generated_again(monkeypatch):

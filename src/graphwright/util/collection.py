@@ -6,7 +6,8 @@ allocations, an oldest-generation pass every 100 of those) the collector walked 
 again and again: 0.8 s of a 0.1% update at 145k chunks (gc.callbacks; 9 full passes, 0.56 s),
 nearly none of it finding garbage, since the run's arrays and tables hold no cycles. A run raises
 the thresholds and restores them when it ends; the collector still runs, every 50,000 net
-allocations, and a full pass every 200 of those.
+allocations, and a full pass at most every 200 of those. (Two runs in threads of one process
+would restore each other's thresholds out of order; the CLI, the server and the jobs run one.)
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ there are fewer than k others.
   nothing trained. A row's list, and so its neighbours, then depend on the rows near it, not on
   the whole set: when an update adds or removes a few keys, the other keys keep their neighbours
   and linking scores only the pairs that changed. On the 41k name keys of the 145k-chunk
-  benchmark, removing 10 keys and adding 6 changed 172 of 293,645 candidate pairs, where a
-  k-means IVF (trained on rows picked by position) changed 13,568 of 290,145, which linking
-  then scored (0.6 s of the update) and kept in its cache for good. 512 lists probed 24 at a time
-  find 94.6% of the exact search's pairs there (the k-means IVF 94.3%) in about the same time
-  (bench/ngram_neighbours.py).
+  benchmark, removing 10 keys and adding 6 left 167 new pairs among 294,304 (62 of them with an
+  added key), where a k-means IVF (trained on rows picked by position) made 13,568 of 290,145
+  new, which linking then scored (0.6 s of the update) and kept in its cache for good. 512 lists
+  probed 24 at a time find 94.5% of the exact search's pairs there (the k-means IVF 94.3%) in
+  about the same time (bench/ngram_neighbours.py).
 - cuvs (GPU, optional [gpu] extra): brute force up to `exact_up_to` rows, else CAGRA. Imported
   lazily, never needed on the CPU path.
 """
@@ -69,8 +69,9 @@ def _gram(code: int, n: int) -> str:
 
 
 def ivf_lists(n: int) -> int:
-    """The IVF's number of lists for n rows: the power of two nearest 2 sqrt(n), so that it stays
-    the same while the key set grows or shrinks by less than half."""
+    """The IVF's number of lists for n rows: the power of two nearest 2 sqrt(n). It changes only
+    where n crosses 2^(2k-1) (8,192, 32,768, 131,072 rows...): an update that crosses one moves
+    every row's list once, as a k-means IVF did on every update."""
     return 1 << max(0, round(np.log2(2 * np.sqrt(max(n, 1)))))
 
 
@@ -80,11 +81,11 @@ IVF_PROBES = 24
 def row_hashes(vectors: np.ndarray) -> np.ndarray:
     """A 64-bit hash of each row's bytes (multiply-xorshift over its 32-bit words), the same in
     every process and whatever the other rows."""
-    words = np.ascontiguousarray(vectors).view(np.uint32).astype(np.uint64)
+    words = np.ascontiguousarray(vectors).view(np.uint32)
     out = np.zeros(len(words), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for column in words.T:
-            out = (out ^ column) * np.uint64(0x9E3779B97F4A7C15)
+        for c in range(words.shape[1]):
+            out = (out ^ words[:, c].astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
             out ^= out >> np.uint64(31)
     return out
 
@@ -99,9 +100,8 @@ def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.nda
         nlist = min(ivf_lists(n), n)
         centroids = np.sort(np.argsort(row_hashes(vectors), kind="stable")[:nlist])
         quantizer = faiss.IndexFlatIP(dim)
-        quantizer.add(np.ascontiguousarray(vectors[centroids]))
+        quantizer.add(np.ascontiguousarray(vectors[centroids]))  # holding nlist rows, the IVF counts as trained
         index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        index.is_trained = True  # the centroids are rows: nothing to train
         index.nprobe = min(IVF_PROBES, nlist)
     index.add(vectors)
     return index.search(vectors, k + 1)

@@ -53,7 +53,7 @@ def positions(table: pa.Table, keys: list[str], previous_keys: pa.ChunkedArray |
     names was 0.4 s of a 0.1% update at 145k chunks (290k rows). Rows written without positions
     (an earlier format) are looked up by name."""
     if previous_keys is not None and "i" in table.column_names:
-        now = np.r_[to_numpy(pc.fill_null(pc.index_in(previous_keys, value_set=pa.array(keys, pa.string())), -1), np.int64), -1]
+        now = to_numpy(pc.fill_null(pc.index_in(previous_keys, value_set=pa.array(keys, pa.string())), -1), np.int64)
         return tuple(now[np.asarray(table.column(c), dtype=np.int64)] for c in ("i", "j"))
     values = pa.array(keys, pa.string())
     return tuple(to_numpy(pc.fill_null(pc.index_in(table.column(c), value_set=values), -1), np.int64) for c in ("a", "b"))
@@ -74,7 +74,7 @@ def joined(derived: dict[str, pa.Table]) -> pa.Table | None:
     return table.append_column("i", at.column("i")).append_column("j", at.column("j"))
 
 
-def split_rows(table: pa.Table | None, fingerprint: np.ndarray, at: tuple[np.ndarray, np.ndarray] | None = None,
+def split_rows(table: pa.Table | None, fingerprint: np.ndarray, at: tuple[np.ndarray, np.ndarray] | None,
                hopeless_below: float | None = None) -> tuple[pa.Table | None, pa.Table | None]:
     """(the cached rows whose two keys still have the fingerprints they were scored with, the
     other cached rows whose two keys are both still there: pairs to score again, whose name
