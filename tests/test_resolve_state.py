@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -178,69 +177,34 @@ def test_dictionary_parts_are_folded_and_a_mostly_stale_state_is_dropped(tmp_pat
 
 
 def test_pairs_whose_names_cannot_reach_the_borderline_stay_settled():
-    from graphwright.stages.resolve.pair_cache import positions, settled_codes, split_rows
+    from graphwright.stages.resolve.pair_cache import settled_codes, split_rows
 
     cached = pa.table({"a": ["ann lee", "bo", "cy"], "b": ["ann leigh", "bob", "dan"], "fa": [1, 1, 1], "fb": [1, 1, 1],
                        "name": [0.9, 0.5, 0.2], "score": [0.8, 0.4, 0.1]})
     keys = sorted({"ann lee", "ann leigh", "bo", "bob", "cy", "dan"})
     # every key changed: score <= 0.7 * name + 0.3, so only a name under 3/7 keeps a pair below 0.6 whatever its context
-    kept, rescore = split_rows(cached, np.full(len(keys), 2), positions(cached, keys), hopeless_below=0.6)
+    kept, rescore = split_rows(cached, {k: 2 for k in keys}, hopeless_below=0.6)
     assert kept.column("a").to_pylist() == ["cy"] and rescore.column("a").to_pylist() == ["ann lee", "bo"]
-    codes = settled_codes(kept, len(keys), 0.6)
+    codes = settled_codes(kept, keys, 0.6)
     assert codes.tolist() == [keys.index("cy") * len(keys) + keys.index("dan")]
 
 
 def test_hopeless_pairs_of_changed_keys_are_kept_settled_and_the_others_scored_again():
-    from graphwright.stages.resolve.pair_cache import positions, split_rows
+    from graphwright.stages.resolve.pair_cache import split_rows
 
     cached = pa.table({"a": ["ann", "ann", "bo", "bo", "cy", "gone"], "b": ["bob", "cy", "cy", "dan", "dan", "bob"],
                        "fa": [1, 1, 2, 2, 3, 9], "fb": [2, 3, 3, 4, 4, 2],
                        "name": [0.9, 0.2, 0.9, 0.1, 0.9, 0.1], "score": [0.8, 0.1, 0.7, 0.1, 0.7, 0.1]})
     fingerprint = {"ann": 1, "bo": 2, "bob": 2, "cy": 30, "dan": 4}  # cy changed, gone went
-    keys = sorted(fingerprint)
-    now, at = np.array([fingerprint[k] for k in keys]), positions(cached, keys)
-    kept, rescore = split_rows(cached, now, at)
+    kept, rescore = split_rows(cached, fingerprint)
     assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist())) == [("ann", "bob"), ("bo", "dan")]
     assert list(zip(rescore["a"].to_pylist(), rescore["b"].to_pylist())) == [("ann", "cy"), ("bo", "cy"), ("cy", "dan")]
     # a name under 3/7 keeps a pair below 0.6 whatever its context: (ann, cy) stays settled, with
     # the fingerprints it was scored with; a pair of a key that went is left out either way
-    kept, rescore = split_rows(cached, now, at, hopeless_below=0.6)
+    kept, rescore = split_rows(cached, fingerprint, hopeless_below=0.6)
     assert list(zip(kept["a"].to_pylist(), kept["b"].to_pylist(), kept["fb"].to_pylist())) == [
         ("ann", "bob", 2), ("ann", "cy", 3), ("bo", "dan", 4)]
     assert list(zip(rescore["a"].to_pylist(), rescore["b"].to_pylist())) == [("bo", "cy"), ("cy", "dan")]
-    # both hold their keys' positions among this run's keys
-    assert [(keys[i], keys[j]) for i, j in zip(kept["i"].to_pylist(), kept["j"].to_pylist())] == [("ann", "bob"), ("ann", "cy"), ("bo", "dan")]
-
-
-def test_cached_pairs_are_placed_among_the_keys_by_one_lookup_of_the_previous_keys(monkeypatch):
-    """The cache's rows hold their keys' positions among the keys of the run that wrote them: a
-    run that added and removed keys maps them by looking up those keys, not each row's names
-    (290k rows at 145k chunks, 41k keys)."""
-    from graphwright.stages.resolve import pair_cache
-    from graphwright.stages.resolve.scoring import PairEvidence
-
-    before = ["ann", "ann lee", "bo", "bo lee", "cy"]
-    memo = {(a, b): PairEvidence(a, b, s, 0.5, False, 0.1, 0.2, None, "compatible")
-            for a, b, s in [("ann", "ann lee", 0.9), ("bo", "bo lee", 0.2), ("ann lee", "cy", 0.1), ("bo", "cy", 0.3)]}
-    written = pair_cache.memo_table(memo, np.arange(len(before)), before)
-    assert list(zip(written["i"].to_pylist(), written["j"].to_pylist())) == [(0, 1), (2, 3), (1, 4), (2, 4)]
-    now = ["aa", "ann", "ann lee", "bo", "cy", "dan"]  # "aa" and "dan" came, "bo lee" went
-    looked_up = []
-    index_in = pair_cache.pc.index_in
-    monkeypatch.setattr(pair_cache.pc, "index_in", lambda values, **kw: looked_up.append(len(values)) or index_in(values, **kw))
-    i, j = pair_cache.positions(written, now, pa.chunked_array([pa.array(before)]))
-    assert looked_up == [len(before)]
-    assert [(now[x] if x >= 0 else None, now[y] if y >= 0 else None) for x, y in zip(i.tolist(), j.tolist())] == [
-        ("ann", "ann lee"), ("bo", None), ("ann lee", "cy"), ("bo", "cy")]
-    monkeypatch.undo()
-    assert [a.tolist() for a in pair_cache.positions(written, now)] == [i.tolist(), j.tolist()]  # by name: the same
-    # the state keeps the rows as earlier versions wrote them, the positions beside them; after
-    # a run of an earlier version (no positions, or other rows) the rows are found by name
-    kept = pair_cache.stored(written)
-    assert kept["pairs"].column_names == [c for c in written.column_names if c not in ("i", "j")]
-    assert pair_cache.joined(kept).equals(written)
-    assert pair_cache.joined({"pairs": kept["pairs"]}).column_names == kept["pairs"].column_names
-    assert pair_cache.joined({"pairs": kept["pairs"].slice(1), "pair_positions": kept["pair_positions"]}).num_columns == kept["pairs"].num_columns
 
 
 def test_updates_equal_a_fresh_resolve_when_the_candidates_come_from_the_ivf(tmp_path, monkeypatch):
@@ -345,26 +309,25 @@ def test_pairs_scored_again_reuse_their_name_scores(tmp_path, monkeypatch):
 
 def test_the_pair_cache_keeps_its_rows_and_adds_the_memos_new_pairs_without_a_set_of_every_pair(monkeypatch):
     """memo_table: the kept rows, then the memo's pairs that are not among them (and whose keys
-    are still there), matched by their positions: no Python set of the cached pairs (290k at 145k chunks)."""
+    are still there), matched in Arrow: no Python set of the cached pairs (290k at 145k chunks)."""
     from graphwright.stages.resolve import pair_cache
     from graphwright.stages.resolve.scoring import PairEvidence
 
     def evidence(a, b, score):
         return PairEvidence(a, b, score, 0.5, False, 0.1, 0.2, None, "compatible")
 
-    keys = ["ann", "ann lee", "bo", "bo lee", "cy", "cy lee"]
-    fingerprint = np.arange(len(keys))
+    fingerprint = {k: i for i, k in enumerate(["ann", "ann lee", "bo", "bo lee", "cy", "cy lee"])}
     cached = [evidence("ann", "ann lee", 0.9), evidence("bo", "bo lee", 0.2), evidence("bo", "cy", 0.1)]
-    kept = pair_cache.memo_table({(e.a, e.b): e for e in cached}, fingerprint, keys)
+    kept = pair_cache.memo_table({(e.a, e.b): e for e in cached}, fingerprint)
     memo = {(e.a, e.b): e for e in cached[:1]}  # a kept pair linking looked at again
     memo |= {(e.a, e.b): e for e in (evidence("cy", "cy lee", 0.8), evidence("ann", "gone", 0.7), evidence("ann lee", "bo", 0.3))}
 
     monkeypatch.setattr(pair_cache, "set", lambda *args: 1 / 0, raising=False)  # shadows the builtin in the module
-    table = pair_cache.memo_table(memo, fingerprint, keys, kept)
+    table = pair_cache.memo_table(memo, fingerprint, kept)
     monkeypatch.undo()
-    rows = list(zip(*(table.column(c).to_pylist() for c in ("a", "b", "score", "fa", "fb", "i", "j"))))
-    assert rows == [("ann", "ann lee", 0.9, 0, 1, 0, 1), ("bo", "bo lee", 0.2, 2, 3, 2, 3), ("bo", "cy", 0.1, 2, 4, 2, 4),
-                    ("cy", "cy lee", 0.8, 4, 5, 4, 5), ("ann lee", "bo", 0.3, 1, 2, 1, 2)]
+    rows = list(zip(*(table.column(c).to_pylist() for c in ("a", "b", "score", "fa", "fb"))))
+    assert rows == [("ann", "ann lee", 0.9, 0, 1), ("bo", "bo lee", 0.2, 2, 3), ("bo", "cy", 0.1, 2, 4),
+                    ("cy", "cy lee", 0.8, 4, 5), ("ann lee", "bo", 0.3, 1, 2)]
 
 
 def test_a_grown_dictionary_sorts_its_new_values_into_the_previous_order(monkeypatch):
@@ -535,6 +498,8 @@ def test_an_update_makes_the_profiles_of_the_keys_it_scores_not_every_keys(tmp_p
     """Profiles are arrays; a key's KeyProfile is made when linking scores one of its pairs (an
     update scores the pairs whose profiles changed). The fingerprints read from the arrays are
     those of the profiles made one by one."""
+    import numpy as np
+
     from graphwright.stages.resolve import core
 
     made, real = [], core._profiles
@@ -549,9 +514,9 @@ def test_an_update_makes_the_profiles_of_the_keys_it_scores_not_every_keys(tmp_p
     profiles = made[-1]
     assert 0 < profiles.made() < len(profiles) / 2, (profiles.made(), len(profiles))
     chunk_hash = np.arange(int(profiles.chunk_codes.max()) + 1, dtype=np.int64) * 7919 + 13
-    assert dict(zip(profiles, profiles.fingerprints(chunk_hash, None).tolist())) == _reference_fingerprints(profiles, chunk_hash)
+    assert profiles.fingerprints(chunk_hash, None) == _reference_fingerprints(profiles, chunk_hash)
     texts = [f"text {k}" for k in profiles]
-    assert dict(zip(profiles, profiles.fingerprints(chunk_hash, texts).tolist())) == _reference_fingerprints(profiles, chunk_hash, texts)
+    assert profiles.fingerprints(chunk_hash, texts) == _reference_fingerprints(profiles, chunk_hash, texts)
     monkeypatch.undo()
     _assert_equals_fresh(tmp_path, src, index, DOCS | {f"x{i}": f"Clerk{i} Hale waited in Dunmore with Person{i} Quill." for i in range(12)}
                          | {"d2": FRED})

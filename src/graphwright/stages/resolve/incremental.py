@@ -32,14 +32,11 @@ from graphwright.stages.resolve.linking import link_keys
 from graphwright.stages.resolve.pair_cache import (
     candidates_from,
     candidates_table,
-    joined,
     memo_from,
     memo_table,
     name_scores,
-    positions,
     settled_codes,
     split_rows,
-    stored,
 )
 from graphwright.stages.resolve.rows import (
     build_entities,
@@ -144,22 +141,20 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             by_position = np.empty(len(chunk_hash), np.int64)
             by_position[chunk_code] = chunk_hash  # the profiles' chunk codes are sorted positions
             fp = profiles.fingerprints(by_position, texts)  # of every key, from the profiles' arrays
-            cache = joined(st.derived) if cached else None
-            previous_keys = st.derived["keys"].column("key") if "keys" in st.derived else None
-            at = positions(cache, keys, previous_keys) if cache is not None else None
+            cache = st.derived.get("pairs") if cached else None
             # pairs whose names keep them below the borderline whatever the context stay settled too
-            kept, rescore = split_rows(cache, fp, at, hopeless_below=config.borderline_threshold)
+            kept, rescore = split_rows(cache, fp, hopeless_below=config.borderline_threshold)
             memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
             if search is not None:
                 candidates.update(search.result())
         reused = len(memo)
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
                                           adjudicate if config.adjudicate else None, memo=memo, candidates=candidates,
-                                          settled=settled_codes(kept, len(keys), config.borderline_threshold),
+                                          settled=settled_codes(kept, keys, config.borderline_threshold),
                                           names=name_scores(rescore), bounded=bounded)
         stats.update(link, pairs_rescored=len(memo) - reused + len(bounded), candidates_reused=known)
         # the bounded pairs are cached too: they score under the borderline, so they stay settled
-        pairs_table = memo_table({**bounded, **memo}, fp, keys, kept)
+        pairs_table = memo_table({**bounded, **memo}, fp, kept)
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)
         del profiles
         memory.release()
@@ -261,7 +256,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
         "chunk_rank": pa.table({"rank": pa.array(rank_by_code, pa.int64()), "used": pa.array(chunk_used, pa.bool_()),
                                 "position": pa.array(chunk_code, pa.int32()),
                                 **({"hash": pa.array(chunk_hash, pa.int64())} if chunk_hash is not None else {})}),
-        **({**stored(pairs_table), "candidates": cand_table} if pairs_table is not None else {}),
+        **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
     }
 
     used = len(distinct_codes(np.concatenate([m["chunk_id"], a["chunk_id"]]), len(chunk_code)))

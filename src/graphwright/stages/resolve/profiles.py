@@ -54,8 +54,8 @@ class Profiles(Mapping):
         """How many KeyProfiles were made."""
         return len(self._made)
 
-    def fingerprints(self, chunk_hash: np.ndarray, texts: list[str] | None) -> np.ndarray:
-        """Per key (in key order), a hash of everything its KeyProfile holds (pair_cache.profile_fingerprints):
+    def fingerprints(self, chunk_hash: np.ndarray, texts: list[str] | None) -> dict[str, int]:
+        """Per key, a hash of everything its KeyProfile holds (pair_cache.profile_fingerprints):
         key, mentions, types, chunks (`chunk_hash`: the stable hash of each chunk code), related
         keys, and `texts` when given."""
         n = len(self.keys)
@@ -73,7 +73,7 @@ class Profiles(Mapping):
                  sets(self.chunk_codes, self.chunk_bounds, chunk_hash), sets(self.neighbour_codes, self.neighbour_bounds, key_hash)]
         if texts is not None:
             parts.append(stable_hashes(texts))
-        return mix(*parts)
+        return dict(zip(self.keys, mix(*parts).tolist()))
 
 
 def key_profiles(keys: list[str], m_key, m_count, m_type, type_names: list[str], m_chunk, src, tgt, keep, step: int) -> Profiles:
