@@ -218,8 +218,8 @@ def test_faiss_neighbours_exclude_self_and_are_deterministic():
 
 
 def test_the_ngram_ivf_finds_most_of_the_exact_searchs_pairs():
-    # sqrt(n) lists, nprobe 8: 89% of the exact pairs here; 4 sqrt(n) lists (the earlier rule,
-    # 16 times the k-means work) found 82%
+    # hashed-row centroids, 128 lists, 24 probed: 91% of the exact pairs here; the k-means IVF
+    # (sqrt(n) lists, 8 probed) found 89%
     rng = random.Random(7)
     syllables = ["ka", "lo", "mi", "ren", "dor", "vel", "sa", "tu", "bri", "gan", "hol", "mer", "ost", "pa", "qui", "zen"]
     keys = sorted({" ".join("".join(rng.choice(syllables) for _ in range(rng.randint(2, 3))) for _ in range(rng.randint(1, 2)))
