@@ -201,13 +201,11 @@ class Run:
         left undone (the caller sees fewer rows come back)."""
         if not table.num_rows:
             return
-        execution = self.config.execution
         with self.progress.task(label, table.num_rows) as advance:
             done = 0
-            if stage.on_driver or not stage.num_gpus:
-                small = (stage.on_driver or table.num_rows <= execution.inline_batches * stage.batch_size
-                         or (execution.inline_seconds > 0 and not stage.executor_gains()))
-                for batch, done in self._in_driver(table, stage, None if small else execution.inline_seconds):
+            budget = self._driver_budget(stage, table.num_rows)
+            if budget is None or budget > 0:
+                for batch, done in self._in_driver(table, stage, budget):
                     advance(count(batch))
                     yield batch
                 if done:
@@ -221,6 +219,21 @@ class Run:
                 for batch in self.executor.map_batches(table.slice(done), stage):
                     advance(count(batch))
                     yield batch
+
+    def runs_in_driver(self, stage: BatchStage, rows: int) -> bool:
+        """Whether map_batches runs any of `rows` rows' batches of `stage` in this process."""
+        budget = self._driver_budget(stage, rows)
+        return budget is None or budget > 0
+
+    def _driver_budget(self, stage: BatchStage, rows: int) -> float | None:
+        """How map_batches runs `rows` rows of `stage` in this process: None for all of them, else
+        the seconds it may spend there before handing the rest to the executor (0 or less: none)."""
+        execution = self.config.execution
+        if not stage.on_driver and stage.num_gpus:
+            return 0.0
+        small = (stage.on_driver or rows <= execution.inline_batches * stage.batch_size
+                 or (execution.inline_seconds > 0 and not stage.executor_gains()))
+        return None if small else execution.inline_seconds
 
     def _in_driver(self, table: pa.Table, stage: BatchStage, budget_s: float | None):
         """(result batch, rows done so far) of the stage's batches run in this process: all of

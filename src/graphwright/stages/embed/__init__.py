@@ -143,7 +143,7 @@ def _embed(run, m: dict, since: int | None, wanted, graph: bool, in_process: boo
         counts[kind] = {"embedded": todo.num_rows, "reused": n_items - todo.num_rows, "removed": len(stale)}
     # each kind's inputs go before the sort copies the texts: at 1.2M chunks each copy was 1.3 GB
     del items, have, todo, kept
-    if in_process and not _may_stay_in_driver(cfg, sum(t.num_rows for t in todo_parts)):
+    if in_process and not run.runs_in_driver(_batch_stage(cfg), sum(t.num_rows for t in todo_parts)):
         return None  # every batch would go to the executor: nothing written, all left to the stage's pass
     for kind, stale, held in stale_of:
         if len(stale):
@@ -233,13 +233,6 @@ def _embedded(run, todo: pa.Table, driver_only: bool = False):
             offsets = pa.array(np.arange(0, vectors.size + 1, max(vectors.shape[1], 1), dtype=np.int32))
             advance(len(positions))
             yield rest.take(pa.array(positions)).append_column("vector", pa.ListArray.from_arrays(offsets, flat))
-
-
-def _may_stay_in_driver(cfg, rows: int) -> bool:
-    """Whether map_batches may run some of `rows` rows' batches in the driver (not when it sends
-    every batch to the executor: execution.inline_seconds 0 past inline_batches)."""
-    execution = cfg.execution
-    return execution.inline_seconds > 0 or rows <= execution.inline_batches * cfg.embed.batch_size
 
 
 def _batch_stage(cfg) -> BatchStage:
