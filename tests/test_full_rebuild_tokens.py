@@ -102,3 +102,36 @@ def test_the_sum_is_brought_up_to_date_from_the_chunks_deleted_and_the_calls_app
     store.append("chunks", _chunks("chunk-f"))
     monkeypatch.setattr(rebuild_tokens, "changes_since", lambda *a, **k: None)
     assert _full_rebuild_tokens(store) == 110 + 77 + 6 and "chunks" in reads
+
+
+def test_ids_are_coded_alike_whichever_way_their_array_is_coded():
+    """The kept calls name chunks and prompts by 64-bit codes: an id's code is its own, whether its
+    array takes the strided path (one width, all hex) or each id's, and distinct ids differ."""
+    hexes = ["4b9f661a5207e8a758b89374", "c755b6c52f9b8a9468d255c0", "00000000000000010000abcd", "ffffffffffffffff00000000"]
+    strided = rebuild_tokens.id_codes(pa.array(hexes)).to_pylist()
+    one_by_one = rebuild_tokens.id_codes(pa.array([*hexes, "chunk-a", "4b9f661a5207e8a7"])).to_pylist()
+    assert one_by_one[:4] == strided and one_by_one[5] == strided[0]  # the first 16 digits are the code
+    assert strided[2] == 1 and strided[3] == -1
+    assert len(set(one_by_one[:5])) == 5
+    assert rebuild_tokens.id_codes(pa.chunked_array([pa.array(["chunk-a"]), pa.array(["chunk-b"])])).to_pylist() == \
+        rebuild_tokens.id_codes(pa.array(["chunk-a", "chunk-b"], pa.large_string())).to_pylist()
+
+
+def test_a_state_kept_as_text_by_an_earlier_version_is_counted_again_from_the_table(tmp_path):
+    """An index whose kept calls name their ids as text (format 1) is counted from every call once,
+    and keeps codes from then on; the sum is what a full count gives."""
+    import json
+
+    store = IndexStore(tmp_path / "index")
+    store.append("chunks", _chunks("chunk-a", "chunk-b"))
+    store.append("llm_calls", pa.Table.from_pylist([_call("run-1", "a1", "chunk-a"), _call("run-1", "b1", "chunk-b")]))
+    old = pa.schema([("item_id", pa.string()), ("key", pa.string()), ("run_id", pa.string()),
+                     ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())],
+                    metadata={"graphwright": json.dumps({"format": 1, "llm_calls": store.version("llm_calls"),
+                                                         "chunks": store.version("chunks"), "total": 5})})
+    store.files.write_table(rebuild_tokens.STATE, pa.table({"item_id": ["chunk-a"], "key": ["a1"], "run_id": ["run-1"],
+                                                            "prompt_tokens": [1], "completion_tokens": [4]}, schema=old))
+    assert _full_rebuild_tokens(store) == 110 + 220
+    assert store.files.read_table(rebuild_tokens.STATE).schema.field("item_id").type == pa.int64()
+    store.append("llm_calls", pa.Table.from_pylist([_call("run-2", "b2", "chunk-b")]))
+    assert _full_rebuild_tokens(store) == 110 + 77
