@@ -179,6 +179,34 @@ def test_an_update_takes_leiden_over_all_entities_when_units_fall_behind():
     assert quality[0.001] >= fresh - 0.002 and stats["refreshed"]
 
 
+def test_the_refresh_check_runs_its_first_iterations_and_a_top_level_it_takes_gets_the_rest():
+    """The check's fresh clustering is Leiden's first `refresh_iterations` iterations (the wait an
+    update has for it); a top level it replaces is given the build's remaining iterations, warm-
+    started from it, and is no worse than what the check measured."""
+    engine, calls = make_engine("igraph"), []
+
+    class Recording:  # the partitions over every entity as one graph (not the units', not a level's groups)
+        holds_gil = engine.holds_gil
+
+        def partition(self, n_, edges_, weights_, **options):
+            labels = engine.partition(n_, edges_, weights_, **options)
+            if n_ == n and options.get("groups") is None and options.get("strength") is None:
+                calls.append((options["n_iterations"], options.get("initial"), labels))
+            return labels
+
+    n, edges, weights, ids, stale, touched = _stale_hierarchy()
+    config = CONFIG.model_copy(update={"refresh_gain": 0.001, "n_iterations": 5, "refresh_iterations": 2})
+    levels, stats = incremental_levels(n, edges, weights, config, Recording(), stale, touched, stable_hashes(ids))
+    assert stats["refreshed"] and [(k, initial is None) for k, initial, _ in calls] == [(2, True), (3, False)]
+    assert np.array_equal(calls[1][1], calls[0][2])  # the rest, warm-started from the check's labels
+    assert stats["modularity_refreshed"] >= stats["modularity_fresh"]
+    assert modularity(n, edges, weights, top_labels(listing(levels), n)) == pytest.approx(stats["modularity_refreshed"], abs=1e-6)
+    calls.clear()
+    short = CONFIG.model_copy(update={"refresh_gain": 0.001, "n_iterations": 2, "refresh_iterations": 4})
+    incremental_levels(n, edges, weights, short, Recording(), stale, touched, stable_hashes(ids))
+    assert [(k, initial is None) for k, initial, _ in calls] == [(2, True)]  # never more than a build runs
+
+
 def test_units_keep_the_graph_modularity():
     """Leiden over units optimizes the whole graph's modularity: any partition of the units has
     the modularity of the same partition of their members (inner edges kept as self-loops)."""
