@@ -133,7 +133,7 @@ def prepare(store, config, engine) -> None:
 
 
 def _beside(engine, edges: int, wanted: bool):
-    """Where the quality check's fresh top level (one cold Leiden: 4.6 s of CPU at 1.2M chunks)
+    """Where the quality check's fresh top level (two iterations of a cold Leiden: 2.5 s of CPU at 1.2M chunks)
     runs while the update reads the previous hierarchy and re-partitions what changed. An engine
     that holds the GIL (igraph) in a thread would stall the driver, and its partitions queue
     behind one lock: it gets a process of its own, forked from the server `prepare` started with
