@@ -2,7 +2,7 @@
 path (stages.cluster.incremental: only touched entities move) from the chain's previous hierarchy:
 `units` without the refresh check (cluster.refresh_gain null), `checked` with it (0.001), and
 `warm`, whose check compares with a Leiden run over all entities started from the previous step's
-reference (one iteration: a fifth of a cold run's cost) instead of a cold one, at every step
+reference (one iteration: a fifth of a cold five-iteration run's cost) instead of a cold one, at every step
 (the update checks only where the top level was partitioned again); all against a fresh
 hierarchical Leiden of the same graph at every step.
 

@@ -207,6 +207,20 @@ def test_the_refresh_check_runs_its_first_iterations_and_a_top_level_it_takes_ge
     assert [(k, initial is None) for k, initial, _ in calls] == [(2, True)]  # never more than a build runs
 
 
+def test_a_refreshed_top_level_keeps_the_checks_labels_where_the_rest_of_the_iterations_lose_ground(monkeypatch):
+    """The polish may not undo the check: should the warm-started iterations score lower, the
+    update takes the labels the check measured."""
+    from graphwright.stages.cluster import incremental
+
+    monkeypatch.setattr(incremental, "_polished", lambda n, *a, **k: np.zeros(n, np.int64))  # one community: modularity 0
+    engine = make_engine("igraph")
+    n, edges, weights, ids, stale, touched = _stale_hierarchy()
+    config = CONFIG.model_copy(update={"refresh_gain": 0.001})
+    levels, stats = incremental_levels(n, edges, weights, config, engine, stale, touched, stable_hashes(ids))
+    assert stats["refreshed"] and stats["modularity_refreshed"] == stats["modularity_fresh"] > 0
+    assert modularity(n, edges, weights, top_labels(listing(levels), n)) == pytest.approx(stats["modularity_fresh"], abs=1e-6)
+
+
 def test_units_keep_the_graph_modularity():
     """Leiden over units optimizes the whole graph's modularity: any partition of the units has
     the modularity of the same partition of their members (inner edges kept as self-loops)."""

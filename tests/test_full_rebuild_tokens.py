@@ -115,6 +115,11 @@ def test_ids_are_coded_alike_whichever_way_their_array_is_coded():
     assert len(set(one_by_one[:5])) == 5
     assert rebuild_tokens.id_codes(pa.chunked_array([pa.array(["chunk-a"]), pa.array(["chunk-b"])])).to_pylist() == \
         rebuild_tokens.id_codes(pa.array(["chunk-a", "chunk-b"], pa.large_string())).to_pylist()
+    assert rebuild_tokens.id_codes(pa.array(hexes).slice(1)).to_pylist() == strided[1:]  # an offset into the buffers
+    assert rebuild_tokens.id_codes(pa.array([h.upper() for h in hexes], pa.large_string())).to_pylist() == strided
+    spaced = rebuild_tokens.id_codes(pa.array(["4b9f 661a5207e8a758b8937", hexes[1]])).to_pylist()
+    assert spaced[1] == strided[1] and spaced[0] not in strided  # a space is no hex digit, on either path
+    assert rebuild_tokens.id_codes(pa.array([hexes[0], None])).to_pylist() == [strided[0], None]
 
 
 def test_a_state_kept_as_text_by_an_earlier_version_is_counted_again_from_the_table(tmp_path):

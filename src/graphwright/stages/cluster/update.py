@@ -25,9 +25,9 @@ from graphwright.util.numeric import distinct_lists, sorted_codes, to_numpy
 
 STATE = "state/cluster"
 # the quality check gets a process of its own from this many edges when the run started the
-# process server (prepare): at 145k chunks (428k edges) the fresh Leiden (0.7-0.9 s) in a thread
-# stalled the update, and in such a process cluster took 1.2-1.3 s instead of 1.7-1.8 s (smaller
-# graphs were not measured). Without the server, from COLD_PROCESS_EDGES: its start (1.3 s of a
+# process server (prepare): at 145k chunks (428k edges) the fresh Leiden (0.7-0.9 s, five
+# iterations; two take 0.3-0.5 s) in a thread stalled the update, and in such a process cluster
+# took 1.2-1.3 s instead of 1.7-1.8 s (smaller graphs, and two iterations, were not measured). Without the server, from COLD_PROCESS_EDGES: its start (1.3 s of a
 # core) then falls in the stage, and at 428k edges costs about what the process saves.
 FRESH_PROCESS_EDGES = 100_000
 COLD_PROCESS_EDGES = 1_000_000
