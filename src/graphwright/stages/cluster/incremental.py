@@ -194,7 +194,7 @@ def _polished(n: int, edges: np.ndarray, weights: np.ndarray, labels: np.ndarray
     """fresh_top's `labels` after the iterations of a first build it did not run, warm-started
     from them: the top level an update takes from the check is as converged as a build's. Run
     on the driver, after the check, only on an update that refreshes (at 1.2M chunks three warm
-    iterations are about 2 s more of that update)."""
+    iterations are about 2.5 s more of that update)."""
     rest = config.n_iterations - min(config.refresh_iterations, config.n_iterations)
     if not rest:
         return labels

@@ -37,9 +37,7 @@ SCHEMA = pa.schema([("item_id", pa.int64()), ("key", pa.int64()), ("run_id", pa.
 COLUMNS = SCHEMA.names
 COUNTED = "stage = 'extract' AND status = 'ok'"
 HEX_DIGITS = 16  # an id that starts with this many hex digits is coded by them
-_HEX = np.full(256, -1, np.int8)  # each byte's hex value, -1 for a byte that is not a hex digit
-for _digits in (b"0123456789abcdef", b"0123456789ABCDEF"):
-    _HEX[np.frombuffer(_digits, np.uint8)] = np.arange(16)
+HEX = b"0123456789abcdefABCDEF"
 
 
 def id_codes(ids) -> pa.Array:
@@ -55,18 +53,15 @@ def id_codes(ids) -> pa.Array:
     if ids.null_count == 0 and lengths["min"] == lengths["max"] >= HEX_DIGITS:  # one width: the digits are strided
         start = int(np.frombuffer(ids.buffers()[1], np.int32)[ids.offset])
         data = np.frombuffer(ids.buffers()[2], np.uint8)[start:start + len(ids) * lengths["min"]]
-        digits = _HEX[data.reshape(len(ids), lengths["min"])[:, :HEX_DIGITS]]
-        if (digits >= 0).all():
-            codes = np.zeros(len(ids), np.uint64)
-            for column in digits.T.astype(np.uint64):
-                codes = (codes << np.uint64(4)) | column
-            return pa.array(codes.view(np.int64))
+        digits = data.reshape(len(ids), lengths["min"])[:, :HEX_DIGITS].tobytes()
+        if not digits.translate(None, HEX):  # all hex digits (checked first: bytes.fromhex would skip spaces)
+            return pa.array(np.frombuffer(bytes.fromhex(digits.decode("ascii")), ">u8").astype(np.int64))
     return pa.array([None if i is None else _code(i) for i in ids.to_pylist()], pa.int64())
 
 
 def _code(text: str) -> int:
     digits = text[:HEX_DIGITS].encode("utf-8", "surrogatepass")
-    if len(digits) == HEX_DIGITS and (_HEX[np.frombuffer(digits, np.uint8)] >= 0).all():
+    if len(digits) == HEX_DIGITS and not digits.translate(None, HEX):
         return int.from_bytes(bytes.fromhex(digits.decode()), "big", signed=True)
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big", signed=True)
 
