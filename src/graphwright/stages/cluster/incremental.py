@@ -237,9 +237,9 @@ def _refreshed(n: int, edges, weights, labels: np.ndarray, config: ClusterConfig
     """The top level an update keeps: `labels` (only touched entities moved), unless the top level
     of a fresh clustering (`fresh()`, fresh_top) has a top-level modularity higher by more than
     `config.refresh_gain`; then that one, given the build's remaining iterations (_polished).
-    Units never re-optimize what a change did not touch, and
-    Leiden warm-started from them stays near them: over 30 generated 1% updates of the 145k-chunk
-    graph, both fell 0.003-0.006 below a fresh clustering (bench/cluster_drift.py)."""
+    Units never re-optimize what a change did not touch, and Leiden warm-started from them stays
+    near them: over 30 generated 1% updates of the 145k-chunk graph, both fell 0.003-0.006 below
+    a fresh clustering (bench/cluster_drift.py)."""
     if config.refresh_gain is None or not n:
         return labels
     better_labels = fresh()

@@ -27,8 +27,9 @@ STATE = "state/cluster"
 # the quality check gets a process of its own from this many edges when the run started the
 # process server (prepare): at 145k chunks (428k edges) the fresh Leiden (0.7-0.9 s, five
 # iterations; two take 0.3-0.5 s) in a thread stalled the update, and in such a process cluster
-# took 1.2-1.3 s instead of 1.7-1.8 s (smaller graphs, and two iterations, were not measured). Without the server, from COLD_PROCESS_EDGES: its start (1.3 s of a
-# core) then falls in the stage, and at 428k edges costs about what the process saves.
+# took 1.2-1.3 s instead of 1.7-1.8 s (smaller graphs, and two iterations, were not measured).
+# Without the server, from COLD_PROCESS_EDGES: its start (1.3 s of a core) then falls in the
+# stage, and at 428k edges costs about what the process saves.
 FRESH_PROCESS_EDGES = 100_000
 COLD_PROCESS_EDGES = 1_000_000
 
@@ -133,8 +134,9 @@ def prepare(store, config, engine) -> None:
 
 
 def _beside(engine, edges: int, wanted: bool):
-    """Where the quality check's fresh top level (two iterations of a cold Leiden: 2.5 s of CPU at 1.2M chunks)
-    runs while the update reads the previous hierarchy and re-partitions what changed. An engine
+    """Where the quality check's fresh top level (two iterations of a cold Leiden: 2.5 s of CPU
+    at 1.2M chunks) runs while the update reads the previous hierarchy and re-partitions what
+    changed. An engine
     that holds the GIL (igraph) in a thread would stall the driver, and its partitions queue
     behind one lock: it gets a process of its own, forked from the server `prepare` started with
     the run from FRESH_PROCESS_EDGES up, and from COLD_PROCESS_EDGES up without it."""
