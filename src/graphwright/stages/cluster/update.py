@@ -136,10 +136,10 @@ def prepare(store, config, engine) -> None:
 def _beside(engine, edges: int, wanted: bool):
     """Where the quality check's fresh top level (two iterations of a cold Leiden: 2.5 s of CPU
     at 1.2M chunks) runs while the update reads the previous hierarchy and re-partitions what
-    changed. An engine
-    that holds the GIL (igraph) in a thread would stall the driver, and its partitions queue
-    behind one lock: it gets a process of its own, forked from the server `prepare` started with
-    the run from FRESH_PROCESS_EDGES up, and from COLD_PROCESS_EDGES up without it."""
+    changed. An engine that holds the GIL (igraph) in a thread would stall the driver, and its
+    partitions queue behind one lock: it gets a process of its own, forked from the server
+    `prepare` started with the run from FRESH_PROCESS_EDGES up, and from COLD_PROCESS_EDGES up
+    without it."""
     least = FRESH_PROCESS_EDGES if forkserver_started() else COLD_PROCESS_EDGES
     if wanted and getattr(engine, "holds_gil", False) and edges >= least:
         try:
