@@ -170,8 +170,8 @@ class ClusterConfig(_Section):
     refresh_gain: float | None = Field(0.001, ge=0)
     # the check's fresh clustering runs Leiden this many iterations (at most n_iterations), and a
     # top level it replaces is given the rest, warm-started: two gave a top-level modularity 0.0004
-    # below five at 145k chunks and 0.00006 at 1.2M (4 seeds each), in half the time (2.5 s
-    # against 4.8 s at 1.2M, which a 0.1% update waited for)
+    # below five at 145k chunks and 0.00006 at 1.2M (4 seeds each), in about half the time (2.5 s
+    # against 4.6 s at 1.2M, which a 0.1% update waited for)
     refresh_iterations: int = Field(2, ge=1)
 
 
