@@ -447,12 +447,12 @@ def test_an_update_whose_keys_changed_searches_the_candidates_while_it_makes_the
     from graphwright.stages.resolve import core, incremental
 
     both_in = threading.Barrier(2, timeout=20)
-    searched, real_search, real_profiles = [], incremental.candidate_pairs, core._profiles
+    searched, real_search, real_profiles = [], incremental.searched_candidates, core._profiles
 
-    def search(keys, config, embeddings=None):
+    def search(*args):
         searched.append(threading.current_thread().name)
         both_in.wait()  # the profiles are being made meanwhile
-        return real_search(keys, config, embeddings)
+        return real_search(*args)
 
     def profiles(*args):
         both_in.wait()
@@ -461,7 +461,7 @@ def test_an_update_whose_keys_changed_searches_the_candidates_while_it_makes_the
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()
     _index(src, index, DOCS)
-    monkeypatch.setattr(incremental, "candidate_pairs", search)
+    monkeypatch.setattr(incremental, "searched_candidates", search)
     monkeypatch.setattr(core, "_profiles", profiles)
     summary = _index(src, index, DOCS | {"d2": FRED})
     assert len(searched) == 1 and searched[0].startswith("resolve-candidates") and not both_in.broken

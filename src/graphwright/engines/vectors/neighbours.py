@@ -13,7 +13,8 @@ there are fewer than k others.
   added key), where a k-means IVF (trained on rows picked by position) made 13,568 of 290,145
   new, which linking then scored (0.6 s of the update) and kept in its cache for good. 512 lists
   probed 24 at a time find 94.5% of the exact search's pairs there (the k-means IVF 94.3%) in
-  about the same time (bench/ngram_neighbours.py).
+  about the same time (bench/ngram_neighbours.py). Resolve searches that IVF through
+  count_neighbours.py, which ranks by exact cosine so that an update can search only some keys.
 - cuvs (GPU, optional [gpu] extra): brute force up to `exact_up_to` rows, else CAGRA. Imported
   lazily, never needed on the CPU path.
 """
@@ -28,9 +29,16 @@ from graphwright.util.numeric import spans, unique_inverse
 
 
 def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
-    """Hashed character n-gram counts ('#scrooge#' -> '#sc', 'scr', ...), L2-normalized, so that
-    inner product approximates n-gram cosine similarity. crc32 hashing is the same in every
-    process (Python's hash() is salted per process). A text shorter than n is one gram.
+    """ngram_counts, L2-normalized, so that inner product approximates n-gram cosine similarity."""
+    out = ngram_counts(texts, dim, n)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.maximum(norms, 1e-12)
+
+
+def ngram_counts(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
+    """Hashed character n-gram counts ('#scrooge#' -> '#sc', 'scr', ...) as float32. crc32
+    hashing is the same in every process (Python's hash() is salted per process). A text shorter
+    than n is one gram.
 
     The grams are found in numpy over the texts' code points and each distinct gram is hashed
     once: on the 41k name keys of the 145k-chunk index, 0.14 s where hashing every gram
@@ -56,8 +64,7 @@ def ngram_vectors(texts: list[str], dim: int = 128, n: int = 3) -> np.ndarray:
     bucket = np.array([zlib.crc32(_gram(c, n).encode("utf-8", "surrogatepass")) % dim for c in distinct.tolist()], dtype=np.int64)
     counts = np.bincount(row * dim + bucket[inverse], minlength=len(texts) * dim)
     out[:] = counts.reshape(len(texts), dim)
-    norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.maximum(norms, 1e-12)
+    return out
 
 
 _NO_POINT = (1 << 21) - 1  # above every Unicode code point (0x10FFFF)
@@ -90,6 +97,15 @@ def row_hashes(vectors: np.ndarray) -> np.ndarray:
     return out
 
 
+def ivf_centroids(vectors: np.ndarray, exact_up_to: int) -> np.ndarray | None:
+    """The rows that are the IVF's list centroids (those hashing lowest), sorted; None where the
+    search is exact (up to `exact_up_to` rows)."""
+    n = len(vectors)
+    if n <= exact_up_to:
+        return None
+    return np.sort(np.argsort(row_hashes(vectors), kind="stable")[:min(ivf_lists(n), n)])
+
+
 def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndarray, np.ndarray]:
     import faiss
 
@@ -97,8 +113,8 @@ def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.nda
     if n <= exact_up_to:
         index = faiss.IndexFlatIP(dim)
     else:
-        nlist = min(ivf_lists(n), n)
-        centroids = np.sort(np.argsort(row_hashes(vectors), kind="stable")[:nlist])
+        centroids = ivf_centroids(vectors, exact_up_to)
+        nlist = len(centroids)
         quantizer = faiss.IndexFlatIP(dim)
         quantizer.add(np.ascontiguousarray(vectors[centroids]))  # holding nlist rows, the IVF counts as trained
         index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)

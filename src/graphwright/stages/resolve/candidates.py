@@ -4,8 +4,9 @@ Exact blocking on the normalized key happens before (one key = one group of ment
 - token blocking: a key is paired with the keys that contain all its tokens, looked up in the
   block of its rarest token ('scrooge' -> 'ebenezer scrooge'; initials match the words they
   start). Blocks larger than `max_block` (a common first name) are skipped: O(keys * max_block).
-- character n-gram neighbours: hashed 3-gram vectors, top-k by cosine through
-  graphwright.engines.vectors.neighbours (faiss on CPU, cuVS on GPU), for typos and spelling variants.
+- character n-gram neighbours: hashed 3-gram counts, top-k by cosine (faiss on CPU through
+  ngram_hits, which an update keeps; cuVS on GPU through graphwright.engines.vectors.neighbours),
+  for typos and spelling variants.
 - embedding neighbours (optional): the same search over name + description embeddings.
 """
 
@@ -16,6 +17,7 @@ from collections import defaultdict
 import numpy as np
 
 from graphwright.engines.vectors.neighbours import neighbours, ngram_vectors
+from graphwright.stages.resolve.ngram_hits import NgramHits, ngram_hits
 from graphwright.stages.resolve.scoring import contained
 from graphwright.util.numeric import unique
 
@@ -58,8 +60,20 @@ def candidate_pairs(keys: list[str], config, embeddings: np.ndarray | None = Non
     """{generator: sorted codes i * len(keys) + j, i < j} over indices into `keys` (sorted, so the
     same keys give the same pairs whatever order the mentions came in). Codes, not tuples: a
     145k-chunk index has hundreds of thousands of candidates, merged and filtered in numpy."""
+    return searched_candidates(keys, config, embeddings)[0]
+
+
+def searched_candidates(keys: list[str], config, embeddings: np.ndarray | None = None, before: NgramHits | None = None,
+                        old_keys: list[str] | None = None) -> tuple[dict[str, np.ndarray], NgramHits | None]:
+    """candidate_pairs, and the n-gram hits they came from (with faiss; None with cuVS), made
+    from `before` (the hits of `old_keys`) where it can (ngram_hits)."""
     out = {"tokens": token_pairs(keys, config.max_block)}
-    out["ngrams"] = vector_pairs(ngram_vectors(keys, config.ngram_dim), config.neighbours_k, config.min_ngram_cosine, config.ann_engine)
+    hits = None
+    if config.ann_engine == "faiss":
+        hits = ngram_hits(keys, config, before, old_keys)
+        out["ngrams"] = hits.pairs(len(keys))
+    else:
+        out["ngrams"] = vector_pairs(ngram_vectors(keys, config.ngram_dim), config.neighbours_k, config.min_ngram_cosine, config.ann_engine)
     if embeddings is not None:
         out["embedding"] = vector_pairs(embeddings, config.neighbours_k, config.min_embedding_cosine, config.ann_engine)
-    return out
+    return out, hits

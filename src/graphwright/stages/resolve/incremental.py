@@ -26,9 +26,10 @@ import pyarrow.compute as pc
 
 from graphwright import ids
 from graphwright.stages.resolve import core, state
-from graphwright.stages.resolve.candidates import candidate_pairs
+from graphwright.stages.resolve.candidates import searched_candidates
 from graphwright.stages.resolve.codes import best_names
 from graphwright.stages.resolve.linking import link_keys
+from graphwright.stages.resolve.ngram_hits import NgramHits
 from graphwright.stages.resolve.pair_cache import (
     candidates_from,
     candidates_table,
@@ -119,14 +120,18 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
 
     label, accepted, stats = {k: k for k in keys}, {}, {"pairs_rescored": 0}
     cached = st.outputs.get("config") == config_id
-    pairs_table, cand_table, chunk_hash = None, None, None
+    pairs_table, cand_table, hits_table, chunk_hash = None, None, None, None
     if config.method == "linked" and len(keys) > 1:
         candidates = candidates_from(st.derived.get("candidates") if cached else None, keys)
-        known, bounded = bool(candidates), {}
+        known, bounded, hits = bool(candidates), {}, None
+        before = NgramHits.from_table(st.derived.get("ngram_hits")) if cached and not known else None
         with ThreadPoolExecutor(1, thread_name_prefix="resolve-candidates") as side:
             # without embeddings the candidates depend on the keys alone: when the key set changed
-            # they are searched (faiss, numpy) in a thread while the profiles are made
-            search = side.submit(candidate_pairs, keys, config) if not known and not config.embeddings else None
+            # they are searched (faiss, numpy) in a thread while the profiles are made, again only
+            # for the keys the change can reach (ngram_hits)
+            search = side.submit(searched_candidates, keys, config, None, before,
+                                 st.derived["keys"].column("key").to_pylist() if before is not None else None) \
+                if not known and not config.embeddings else None
             profiles = core._profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
             texts = None
             if config.embeddings or config.adjudicate:
@@ -146,16 +151,19 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             kept, rescore = split_rows(cache, fp, hopeless_below=config.borderline_threshold)
             memo = memo_from(kept, config.borderline_threshold)  # the pairs linking will look at again
             if search is not None:
-                candidates.update(search.result())
+                found, hits = search.result()
+                candidates.update(found)
         reused = len(memo)
         label, accepted, link = link_keys(profiles, config, embed if config.embeddings else None,
                                           adjudicate if config.adjudicate else None, memo=memo, candidates=candidates,
                                           settled=settled_codes(kept, keys, config.borderline_threshold),
                                           names=name_scores(rescore), bounded=bounded)
-        stats.update(link, pairs_rescored=len(memo) - reused + len(bounded), candidates_reused=known)
+        stats.update(link, pairs_rescored=len(memo) - reused + len(bounded), candidates_reused=known,
+                     **({"ngram_keys_searched": hits.searched} if hits is not None else {}))
         # the bounded pairs are cached too: they score under the borderline, so they stay settled
         pairs_table = memo_table({**bounded, **memo}, fp, kept)
         cand_table = st.derived["candidates"] if known else candidates_table(candidates, keys)
+        hits_table = st.derived.get("ngram_hits") if known else hits.table() if hits is not None else None
         del profiles
         memory.release()
     laps.lap("link_s")
@@ -257,6 +265,7 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
                                 "position": pa.array(chunk_code, pa.int32()),
                                 **({"hash": pa.array(chunk_hash, pa.int64())} if chunk_hash is not None else {})}),
         **({"pairs": pairs_table, "candidates": cand_table} if pairs_table is not None else {}),
+        **({"ngram_hits": hits_table} if hits_table is not None else {}),
     }
 
     used = len(distinct_codes(np.concatenate([m["chunk_id"], a["chunk_id"]]), len(chunk_code)))

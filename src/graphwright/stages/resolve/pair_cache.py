@@ -127,8 +127,9 @@ def memo_table(memo: dict[tuple[str, str], PairEvidence], fingerprint: dict[str,
 
 
 # the candidate generators' version: stored candidates of another version are generated again
-# (2: the n-gram IVF trains sqrt(n) lists, not 4 sqrt(n); 3: its centroids are rows picked by hash)
-CANDIDATES_FORMAT = 3
+# (2: the n-gram IVF trains sqrt(n) lists, not 4 sqrt(n); 3: its centroids are rows picked by hash;
+# 4: n-gram hits ranked by exact cosine, ties by row, lists and probes chosen exactly: ngram_hits)
+CANDIDATES_FORMAT = 4
 
 
 def keys_digest(keys: list[str]) -> str:
