@@ -112,3 +112,7 @@ def test_hits_of_other_settings_or_other_keys_are_searched_again(ivf):
     back = NgramHits.from_table(before.table())
     assert _named(back, keys) == _named(before, keys) and back.settings == before.settings
     assert NgramHits.from_table(None) is None
+    assert NgramHits.from_table(before.table().drop_columns(["score"])) is None
+    # a state whose rows are not rows of its keys is searched again, not trusted
+    broken = NgramHits(before.row, before.hit + len(keys), before.score, before.keys, before.settings, 0)
+    assert ngram_hits(after, config, broken, keys).searched == len(after)

@@ -43,6 +43,10 @@ class NgramHits:
     settings: str
     searched: int  # keys searched to make them
 
+    def indexes(self, n: int) -> bool:
+        """Whether every row and hit is a row of n keys (a state that is not is searched again)."""
+        return not len(self.row) or bool(min(self.row.min(), self.hit.min()) >= 0 and max(self.row.max(), self.hit.max()) < n)
+
     def pairs(self, n: int) -> np.ndarray:
         """Sorted codes i * n + j, i < j, of the pairs the hits make."""
         return unique(np.minimum(self.row, self.hit) * n + np.maximum(self.row, self.hit))
@@ -55,7 +59,7 @@ class NgramHits:
     @classmethod
     def from_table(cls, table: pa.Table | None) -> NgramHits | None:
         meta = table.schema.metadata if table is not None else None
-        if not meta or b"settings" not in meta:
+        if not meta or b"settings" not in meta or not {"row", "hit", "score"} <= set(table.column_names):
             return None
         return cls(to_numpy(table.column("row"), np.int64), to_numpy(table.column("hit"), np.int64),
                    to_numpy(table.column("score"), np.float64), meta[b"keys"].decode(), meta[b"settings"].decode(), 0)
@@ -76,7 +80,8 @@ def ngram_hits(keys: list[str], config, before: NgramHits | None = None, old_key
     centroids = ivf_centroids(space.vectors, EXACT_UP_TO)
     now = settings(config, n)
     plan = None
-    if before is not None and old_keys is not None and k >= 1 and before.settings == now and before.keys == keys_digest(old_keys):
+    if before is not None and old_keys is not None and k >= 1 and before.settings == now and before.keys == keys_digest(old_keys) \
+            and before.indexes(len(old_keys)):
         plan = _to_search(before, old_keys, keys, space, centroids, k, config)
     rows, kept = plan if plan is not None else (None, None)
     scores, idx = count_neighbours(space, k, centroids, rows)
