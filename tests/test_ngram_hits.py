@@ -25,6 +25,12 @@ def _named(h: NgramHits, keys: list[str]) -> set:
     return {(keys[r], keys[j], s) for r, j, s in zip(h.row.tolist(), h.hit.tolist(), h.score.tolist())}
 
 
+def _edited(keys: list[str], rng: random.Random, removed: int, added: int) -> list[str]:
+    gone = set(rng.sample(keys, removed))
+    new = {k + rng.choice("xyz") for k in rng.sample(keys, added)} - set(keys)
+    return sorted((set(keys) - gone) | new)
+
+
 def _centroid_keys(keys: list[str]) -> set[str]:
     return {keys[i] for i in ivf_centroids(CountSpace(ngram_counts(keys, 128)).vectors, 500).tolist()}
 
@@ -72,12 +78,12 @@ def test_an_update_searches_only_the_keys_its_change_can_reach_and_gets_every_ke
     before = ngram_hits(keys, config)
     assert before.searched == len(keys)
     centroid_keys = _centroid_keys(keys)
-    while True:  # an edit that leaves the IVF's centroids as they were (the next test changes them)
-        gone = set(rng.sample(keys, 10))
-        added = {k + rng.choice("xyz") for k in rng.sample(keys, 6)} - set(keys)
-        after = sorted((set(keys) - gone) | added)
+    for _ in range(50):  # an edit that leaves the IVF's centroids as they were (the next test changes them)
+        after = _edited(keys, rng, 10, 6)
         if _centroid_keys(after) == centroid_keys:
             break
+    else:
+        pytest.fail("no edit left the centroids as they were")
     updated = ngram_hits(after, config, before, keys)
     fresh = ngram_hits(after, config)
     assert _named(updated, after) == _named(fresh, after)
@@ -90,10 +96,10 @@ def test_an_update_that_changes_the_ivfs_centroids_searches_what_they_move_and_e
     keys = _keys(5, 5000)
     before = ngram_hits(keys, config)
     centroids = ivf_centroids(CountSpace(ngram_counts(keys, 128)).vectors, 500)
-    gone = {keys[i] for i in centroids[:3].tolist()}  # three lists lose their centroid: their rows move
-    # and three keys come that are centroids among the keys after: rows move to their lists
+    gone = {keys[i] for i in centroids[:1].tolist()}  # a list loses its centroid: its rows move
+    # and a key comes that is a centroid among the keys after: rows move to its list
     variants = [k + " " + s for k in keys[:400] for s in ("ka", "zen")]
-    comers = sorted(set(variants) - set(keys), key=lambda k: int(row_hashes(CountSpace(ngram_counts([k], 128)).vectors)[0]))[:3]
+    comers = sorted(set(variants) - set(keys), key=lambda k: int(row_hashes(CountSpace(ngram_counts([k], 128)).vectors)[0]))[:1]
     after = sorted((set(keys) - gone) | set(comers))
     assert set(comers) <= _centroid_keys(after)
     updated, fresh = ngram_hits(after, config, before, keys), ngram_hits(after, config)
@@ -116,3 +122,32 @@ def test_hits_of_other_settings_or_other_keys_are_searched_again(ivf):
     # a state whose rows are not rows of its keys is searched again, not trusted
     broken = NgramHits(before.row, before.hit + len(keys), before.score, before.keys, before.settings, 0)
     assert ngram_hits(after, config, broken, keys).searched == len(after)
+    for row, hit in ((before.row, before.row), (np.zeros_like(before.row), before.hit)):  # its own hit; more than k
+        assert ngram_hits(after, config, NgramHits(row, hit, before.score, before.keys, before.settings, 0), keys).searched == len(after)
+
+
+def test_flat_search_updates_and_chains_of_updates_equal_every_keys_search():
+    """Below 20,000 keys every key is searched exactly (no lists); an update's hits, and those
+    of an update of an update, are every key's search's."""
+    config = load_config(None, {}).resolve
+    rng = random.Random(8)
+    keys = _keys(8, 3000)
+    hits = ngram_hits(keys, config)
+    for step in range(3):
+        after = _edited(keys, rng, 8, 8)
+        hits = ngram_hits(after, config, hits, keys)
+        assert _named(hits, after) == _named(ngram_hits(after, config), after), step
+        assert hits.searched < 0.2 * len(after), (step, hits.searched)
+        keys = after
+
+
+def test_a_change_that_reaches_most_keys_searches_every_key(ivf, monkeypatch):
+    config = load_config(None, {}).resolve
+    keys = _keys(9, 3000)
+    before = ngram_hits(keys, config)
+    after = _edited(keys, random.Random(9), 5, 5)
+    monkeypatch.setattr(hits_module, "SEARCH_SHARE", 0.0)
+    assert ngram_hits(after, config, before, keys).searched == len(after)
+    monkeypatch.setattr(hits_module, "SEARCH_SHARE", 0.5)
+    monkeypatch.setattr(hits_module, "REFRESH_SHARE", 0.001)
+    assert ngram_hits(after, config, before, keys).searched == len(after)

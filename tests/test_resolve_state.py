@@ -471,6 +471,19 @@ def test_an_update_whose_keys_changed_searches_the_candidates_while_it_makes_the
     _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
 
 
+def test_an_update_whose_keys_changed_searches_again_only_the_keys_a_new_name_can_reach(tmp_path):
+    """Each key's n-gram hits are kept in resolve's state: when names come, only the keys they
+    can reach are searched again (stages.resolve.ngram_hits), and the rows equal a fresh build's."""
+    src, index = tmp_path / "src", tmp_path / "index"
+    src.mkdir()
+    _index(src, index, DOCS)
+    summary = _index(src, index, DOCS | {"d2": FRED})
+    details = _resolve_details(index, summary)["linking"]
+    assert details["incremental"] is True and details["candidates_reused"] is False
+    assert 0 < details["ngram_keys_searched"] < details["keys"], details
+    _assert_equals_fresh(tmp_path, src, index, DOCS | {"d2": FRED})
+
+
 def _reference_fingerprints(profiles, chunk_hash, texts=None) -> dict[str, int]:
     """A hash of each key's KeyProfile, from the objects one by one (as before the arrays)."""
     import numpy as np

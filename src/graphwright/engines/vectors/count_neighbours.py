@@ -1,9 +1,10 @@
 """Neighbours of count vectors (hashed n-gram counts) by exact cosine: a row's neighbours are the
 same whether it is searched alone or with every other row.
 
-faiss finds the candidates by float32 inner product of the normalized vectors (flat up to
-`exact_up_to` rows, else the IVF of neighbours.py, whose centroids are the rows hashing lowest).
-Here the list each row is put in, the lists a query probes and the order of the hits are decided
+faiss finds the candidates by float32 inner product of the normalized vectors (flat, or the IVF
+of neighbours.py, whose centroids are the rows hashing lowest: the caller passes them). Unlike
+neighbours.py's own IVF (used for embeddings), which faiss fills and probes by float32 order,
+here the list each row is put in, the lists a query probes and the order of the hits are decided
 by exact dot products, ties by row: dot products of integer counts are integers, which float32 holds
 exactly below 2^24 whatever order BLAS sums them in, and a few more hits than k are asked of
 faiss and ranked again. So a row's neighbours depend only on its counts, the centroids and the
@@ -19,6 +20,10 @@ import numpy as np
 from graphwright.engines.vectors.neighbours import IVF_PROBES
 
 MARGIN = 4  # hits asked of faiss beyond k and the row itself, ranked again exactly
+# how far faiss's float32 inner product of two normalized 128-dimension vectors can be from their
+# exact cosine, twice ((d + 2) * 2^-24 each): a hit faiss did not return can score up to the last
+# one it did plus this, so a row whose k-th hit is within it of that last one is asked for more
+FLOAT32_SLACK = 2 * 130 * 2.0 ** -24
 BLOCK = 4096  # rows per block of exact cosines (a block against 512 centroids: 16 MB)
 
 
@@ -36,10 +41,10 @@ class CountSpace:
     def __len__(self) -> int:
         return len(self.norms)
 
-    def cosines(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """[len(a), len(b)] exact cosines between rows a and rows b."""
-        dots = (self._counts[a] @ self._counts[b].T).astype(np.float64)
-        return dots / np.maximum(np.outer(self.norms[a], self.norms[b]), 1e-300)
+    def cosines(self, a: np.ndarray | None, b: np.ndarray) -> np.ndarray:
+        """[len(a), len(b)] exact cosines between rows a (every row if None) and rows b."""
+        dots = ((self._counts if a is None else self._counts[a]) @ self._counts[b].T).astype(np.float64)
+        return dots / np.maximum(np.outer(self.norms if a is None else self.norms[a], self.norms[b]), 1e-300)
 
     def centroid_ranks(self, rows: np.ndarray, centroids: np.ndarray, other: CountSpace | None = None) -> np.ndarray:
         """[len(rows), len(centroids)] what a row's list and probes are chosen by: its dot product
@@ -103,7 +108,7 @@ def _ranked(space: CountSpace, rows: np.ndarray, found: np.ndarray, k: int) -> t
     order = np.lexsort((np.where(found >= 0, found, len(space)), -scores), axis=1)[:, :k]
     top_s, top_i = np.take_along_axis(scores, order, 1), np.take_along_axis(found, order, 1)
     lowest = np.where(found >= 0, scores, np.inf).min(axis=1)
-    tied = filled & np.isfinite(top_s[:, -1]) & (lowest >= top_s[:, -1] - 1e-6)
+    tied = filled & np.isfinite(top_s[:, -1]) & (lowest >= top_s[:, -1] - FLOAT32_SLACK)
     return top_s, np.where(np.isfinite(top_s), top_i, -1), tied
 
 

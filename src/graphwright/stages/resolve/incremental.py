@@ -129,8 +129,9 @@ def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjud
             # without embeddings the candidates depend on the keys alone: when the key set changed
             # they are searched (faiss, numpy) in a thread while the profiles are made, again only
             # for the keys the change can reach (ngram_hits)
+            stored_keys = st.derived.get("keys")
             search = side.submit(searched_candidates, keys, config, None, before,
-                                 st.derived["keys"].column("key").to_pylist() if before is not None else None) \
+                                 stored_keys.column("key").to_pylist() if before is not None and stored_keys is not None else None) \
                 if not known and not config.embeddings else None
             profiles = core._profiles(keys, m_key, m["count"], m["type"], type_names.to_pylist(), m["chunk_id"], a_src, a_tgt, a_keep)
             texts = None

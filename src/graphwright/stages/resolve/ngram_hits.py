@@ -8,11 +8,12 @@ the IVF lists it probes. They can change only where
   went among the ones it ranks highest;
 - a key arrives in the lists it probes (an added key, or one that moved to another list when the
   centroids changed) scoring at least its threshold: its k-th hit's score where it has k hits,
-  else min_ngram_cosine (below it nothing becomes a pair, nor displaces a hit);
+  else min_ngram_cosine (below it nothing becomes a pair, nor displaces a hit); every key such
+  an arrival scores that high against is searched, whichever lists it probes;
 - one of its hits leaves (a removed key, or one that moved lists).
 Those keys and the added ones are searched again and every other key keeps its hits, which then
-equal a search of every key. A change to the settings or to the number of lists, or one that is
-a large share of the keys, searches every key.
+equal a search of every key. A change to the settings or to the number of lists, one that is a
+large share of the keys, or one that reaches half of them, searches every key.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.engines.vectors.count_neighbours import BLOCK, CountSpace, count_neighbours
-from graphwright.engines.vectors.neighbours import IVF_PROBES, ivf_centroids, ivf_lists, ngram_counts
+from graphwright.engines.vectors.neighbours import EXACT_UP_TO, IVF_PROBES, ivf_centroids, ivf_lists, ngram_counts
+from graphwright.stages.resolve.pair_cache import keys_digest
 from graphwright.util.numeric import to_numpy, unique
 
 FORMAT = 1
-EXACT_UP_TO = 20_000  # keys searched exactly (flat); above, the IVF
 REFRESH_SHARE = 0.125  # keys added and removed past this share of the keys: every key is searched
+SEARCH_SHARE = 0.5  # keys to search again past this share: every key is searched (the same hits, cheaper)
 
 
 @dataclass
@@ -43,9 +45,13 @@ class NgramHits:
     settings: str
     searched: int  # keys searched to make them
 
-    def indexes(self, n: int) -> bool:
-        """Whether every row and hit is a row of n keys (a state that is not is searched again)."""
-        return not len(self.row) or bool(min(self.row.min(), self.hit.min()) >= 0 and max(self.row.max(), self.hit.max()) < n)
+    def valid(self, n: int, k: int) -> bool:
+        """Whether these can be the hits of n keys: rows and hits among them, no row its own hit,
+        at most k hits a row (a state that is not is searched again, not trusted)."""
+        if not len(self.row):
+            return True
+        return bool(min(self.row.min(), self.hit.min()) >= 0 and max(self.row.max(), self.hit.max()) < n
+                    and (self.row != self.hit).all() and np.bincount(self.row).max() <= k)
 
     def pairs(self, n: int) -> np.ndarray:
         """Sorted codes i * n + j, i < j, of the pairs the hits make."""
@@ -59,7 +65,8 @@ class NgramHits:
     @classmethod
     def from_table(cls, table: pa.Table | None) -> NgramHits | None:
         meta = table.schema.metadata if table is not None else None
-        if not meta or b"settings" not in meta or not {"row", "hit", "score"} <= set(table.column_names):
+        if not meta or not {b"settings", b"keys"} <= set(meta) or not {"row", "hit", "score"} <= set(table.column_names) \
+                or any(table.column(c).null_count for c in ("row", "hit", "score")):
             return None
         return cls(to_numpy(table.column("row"), np.int64), to_numpy(table.column("hit"), np.int64),
                    to_numpy(table.column("score"), np.float64), meta[b"keys"].decode(), meta[b"settings"].decode(), 0)
@@ -72,16 +79,15 @@ def settings(config, n: int) -> str:
 
 def ngram_hits(keys: list[str], config, before: NgramHits | None = None, old_keys: list[str] | None = None) -> NgramHits:
     """The hits of sorted `keys`; from `before` (the hits of the sorted `old_keys`) where it
-    can, searching again only the keys whose hits the change can reach."""
-    from graphwright.stages.resolve.pair_cache import keys_digest
-
+    can, searching again only the keys whose hits the change can reach. Both lists sorted: the
+    ties broken by row then fall the same way in both numberings."""
     n, k = len(keys), min(config.neighbours_k, len(keys) - 1)
     space = CountSpace(ngram_counts(keys, config.ngram_dim))
     centroids = ivf_centroids(space.vectors, EXACT_UP_TO)
     now = settings(config, n)
     plan = None
     if before is not None and old_keys is not None and k >= 1 and before.settings == now and before.keys == keys_digest(old_keys) \
-            and before.indexes(len(old_keys)):
+            and before.valid(len(old_keys), k):
         plan = _to_search(before, old_keys, keys, space, centroids, k, config)
     rows, kept = plan if plan is not None else (None, None)
     scores, idx = count_neighbours(space, k, centroids, rows)
@@ -109,23 +115,25 @@ def _to_search(before: NgramHits, old_keys: list[str], keys: list[str], space: C
     left = np.zeros(n_old, bool)  # old rows that left the lists they were in
     left[removed] = True
     came = added  # rows now in lists they were not in
+    kept_old = new_of_old >= 0
     if centroids is not None:
         moved, reprobed = _centroid_change(space, centroids, old_keys, removed, new_of_old, config)
         search |= reprobed
-        left[np.flatnonzero(new_of_old >= 0)[moved[new_of_old[new_of_old >= 0]]]] = True
+        stayed = np.flatnonzero(kept_old)
+        left[stayed] |= moved[new_of_old[stayed]]
         came = np.union1d(added, np.flatnonzero(moved))
     # each kept key's threshold: its k-th hit's score where it has k hits, else min_ngram_cosine
     count = np.bincount(before.row, minlength=n_old)
     kth = np.full(n_old, np.inf)
     np.minimum.at(kth, before.row, before.score)
     threshold = np.full(n, np.inf)
-    kept_old = new_of_old >= 0
     threshold[new_of_old[kept_old]] = np.where(count >= k, kth, config.min_ngram_cosine)[kept_old]
     lost = before.row[left[before.hit]]
     search[new_of_old[lost[new_of_old[lost] >= 0]]] = True
-    every = np.arange(n)
     for s in range(0, len(came), 64):  # [n, 64] cosines at a time
-        search |= (space.cosines(every, came[s:s + 64]) >= threshold[:, None]).any(axis=1)
+        search |= (space.cosines(None, came[s:s + 64]) >= threshold[:, None]).any(axis=1)
+    if search.sum() > SEARCH_SHARE * n:
+        return None
     stay = kept_old[before.row] & ~search[np.maximum(new_of_old[before.row], 0)]
     kept = (new_of_old[before.row[stay]], new_of_old[before.hit[stay]], before.score[stay])
     return np.flatnonzero(search), kept
