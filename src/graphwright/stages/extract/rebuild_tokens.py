@@ -20,13 +20,12 @@ chunks went, the kept calls are filtered by every chunk id and summed again."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graphwright.ids import id_codes
 from graphwright.storage.changes import changes_since, commit_actions
 from graphwright.storage.patch import read_data_file
 
@@ -36,36 +35,6 @@ SCHEMA = pa.schema([("item_id", pa.int64()), ("key", pa.int64()), ("run_id", pa.
                     ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())])
 COLUMNS = SCHEMA.names
 COUNTED = "stage = 'extract' AND status = 'ok'"
-HEX_DIGITS = 16  # an id that starts with this many hex digits is coded by them
-HEX = b"0123456789abcdefABCDEF"
-
-
-def id_codes(ids) -> pa.Array:
-    """A 64-bit code per id (a string), the same in every process and whatever array it comes in:
-    the first 16 hex digits of an id that starts with that many (chunk ids and cache keys are
-    lowercase hex hashes), else the id's blake2b-64. Two ids of 1.2M sharing a code (p ~ 4e-8)
-    would count one prompt or chunk once."""
-    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-    ids = ids.cast(pa.string())
-    if not len(ids):
-        return pa.array([], pa.int64())
-    lengths = pc.min_max(pc.binary_length(ids)).as_py()
-    if ids.null_count == 0 and lengths["min"] == lengths["max"] >= HEX_DIGITS:  # one width: the digits are strided
-        start = int(np.frombuffer(ids.buffers()[1], np.int32)[ids.offset])
-        data = np.frombuffer(ids.buffers()[2], np.uint8)[start:start + len(ids) * lengths["min"]]
-        digits = data.reshape(len(ids), lengths["min"])[:, :HEX_DIGITS].tobytes()
-        if not digits.translate(None, HEX):  # all hex digits (checked first: bytes.fromhex would skip spaces)
-            return pa.array(np.frombuffer(bytes.fromhex(digits.decode("ascii")), ">u8").astype(np.int64))
-    return pa.array([None if i is None else _code(i) for i in ids.to_pylist()], pa.int64())
-
-
-def _code(text: str) -> int:
-    digits = text[:HEX_DIGITS].encode("utf-8", "surrogatepass")
-    if len(digits) == HEX_DIGITS and not digits.translate(None, HEX):
-        return int.from_bytes(bytes.fromhex(digits.decode()), "big", signed=True)
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big", signed=True)
-
-
 def _coded(calls: pa.Table) -> pa.Table:
     """Calls read from llm_calls (ids as text) in SCHEMA, the calls for no item left out."""
     calls = calls.filter(pc.is_valid(calls.column("item_id")))
