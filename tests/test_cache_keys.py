@@ -3,6 +3,7 @@ size of the cache, and the index kept beside the table follows its appends and c
 
 import hashlib
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -81,3 +82,49 @@ def test_keys_whose_codes_collide_are_told_apart_by_the_key(tmp_path, monkeypatc
     monkeypatch.setattr(cache_keys, "id_codes", lambda keys: pa.array([7] * len(keys), pa.int64()))
     found = cache.lookup(store, [_key(4), "absent"])
     assert _responses(found) == {_key(4): _key(4)}
+
+
+def test_a_file_gone_since_it_was_listed_falls_back_to_the_join_and_says_so(tmp_path, monkeypatch, reads):
+    store = IndexStore(tmp_path / "index")
+    store.append("llm_cache", _answers(0, 30))
+    cache.lookup(store, [_key(1)])  # the index made
+
+    def gone(store, name, path, columns):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(cache_keys, "read_data_file", gone)
+    stats = {}
+    assert _responses(cache.lookup(store, [_key(2), _key(3)], stats)) == {_key(2): _key(2), _key(3): _key(3)}
+    assert stats["lookup_fallbacks"] == 1
+
+
+def test_an_index_that_does_not_hold_together_is_made_again_and_a_failed_save_is_no_failure(tmp_path, monkeypatch, reads):
+    store = IndexStore(tmp_path / "index")
+    store.append("llm_cache", _answers(0, 30))
+    cache.lookup(store, [_key(1)])
+    broken = cache_keys.KeyIndex(["part-none.parquet"], *(np.array(a) for a in ([1, 2], [0, 5], [0, 1])))
+    store.files.write_table(cache_keys.STATE, broken.table())  # a file index past its files
+    cache_keys._kept.clear()
+    assert cache.lookup(store, [_key(7)]).num_rows == 1
+
+    def refused(relative, table):
+        raise PermissionError("a read-only index")
+
+    monkeypatch.setattr(store.files, "write_table", refused)
+    cache_keys._kept.clear()
+    store.files.delete(cache_keys.STATE)
+    assert cache.lookup(store, [_key(8)]).num_rows == 1
+
+
+def test_a_few_rows_appended_are_kept_in_memory_and_saved_once_there_are_enough(tmp_path, monkeypatch, reads):
+    store = IndexStore(tmp_path / "index")
+    store.append("llm_cache", _answers(0, 30))
+    cache.lookup(store, [_key(1)])
+    saved = store.files.read_table(cache_keys.STATE).num_rows
+    store.append("llm_cache", _answers(30, 5))  # a serving process's few answers
+    assert cache.lookup(store, [_key(32)]).num_rows == 1
+    assert store.files.read_table(cache_keys.STATE).num_rows == saved  # not written for 5 rows
+    monkeypatch.setattr(cache_keys, "SAVE_ROWS", 8)
+    store.append("llm_cache", _answers(35, 5))
+    assert cache.lookup(store, [_key(37)]).num_rows == 1
+    assert store.files.read_table(cache_keys.STATE).num_rows == 40  # 10 rows since the save: saved
