@@ -65,10 +65,11 @@ class CountSpace:
 
 
 def count_neighbours(space: CountSpace, k: int, centroids: np.ndarray | None,
-                     rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     rows: np.ndarray | None = None, lists: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores [r, k], indices [r, k]) of each of `rows` (all by default): its k most similar
     other rows by exact cosine, best first, ties by row; -inf and -1 where there are fewer.
-    `centroids`: the IVF's centroid rows (neighbours.ivf_centroids), None for a flat search."""
+    `centroids`: the IVF's centroid rows (neighbours.ivf_centroids), None for a flat search;
+    `lists`: each row's list (list_of), if the caller made them already."""
     import faiss
 
     n, every = len(space), rows is None
@@ -84,7 +85,7 @@ def count_neighbours(space: CountSpace, k: int, centroids: np.ndarray | None,
         def search(at: np.ndarray, w: int) -> np.ndarray:
             return index.search(space.vectors[rows[at]], w)[1]
     else:
-        index, probes = _ivf(space, centroids, None if every else rows)
+        index, probes = _ivf(space, centroids, None if every else rows, lists)
 
         def search(at: np.ndarray, w: int) -> np.ndarray:  # IVF-Flat scans do not read the probes' distances
             return index.search_preassigned(space.vectors[rows[at]], w, probes[at], np.zeros(probes[at].shape, np.float32))[1]
@@ -112,9 +113,14 @@ def _ranked(space: CountSpace, rows: np.ndarray, found: np.ndarray, k: int) -> t
     return top_s, np.where(np.isfinite(top_s), top_i, -1), tied
 
 
-def _ivf(space: CountSpace, centroids: np.ndarray, rows: np.ndarray | None):
-    """An IVF-Flat index of every row, each in the list of the centroid it ranks first, and the
-    lists each of `rows` (every row if None) probes (centroid_ranks)."""
+def list_of(ranks: np.ndarray) -> np.ndarray:
+    """Each row's IVF list: the centroid it ranks first (centroid_ranks), the first on ties."""
+    return np.argmax(ranks, axis=1)
+
+
+def _ivf(space: CountSpace, centroids: np.ndarray, rows: np.ndarray | None, lists: np.ndarray | None = None):
+    """An IVF-Flat index of every row, each in its list (`lists`, else list_of), and the lists
+    each of `rows` (every row if None) probes (centroid_ranks)."""
     import faiss
 
     n, dim = space.vectors.shape
@@ -124,12 +130,14 @@ def _ivf(space: CountSpace, centroids: np.ndarray, rows: np.ndarray | None):
     index.nprobe = p = min(IVF_PROBES, len(centroids))
     index.parallel_mode = 3  # search_preassigned splits the queries over the threads itself
     every = rows is None  # every row is a query: one pass of ranks serves both
-    assign, probes = np.empty(n, np.int64), []
-    for s in range(0, n, BLOCK):
-        rank = space.centroid_ranks(np.arange(s, min(s + BLOCK, n)), centroids)
-        assign[s:s + len(rank)] = np.argmax(rank, axis=1)
-        if every:
-            probes.append(top_columns(rank, p))
+    assign, probes = np.empty(n, np.int64) if lists is None else np.ascontiguousarray(lists, np.int64), []
+    if lists is None or every:
+        for s in range(0, n, BLOCK):
+            rank = space.centroid_ranks(np.arange(s, min(s + BLOCK, n)), centroids)
+            if lists is None:
+                assign[s:s + len(rank)] = list_of(rank)
+            if every:
+                probes.append(top_columns(rank, p))
     if not every:
         probes = [top_columns(space.centroid_ranks(rows[s:s + BLOCK], centroids), p) for s in range(0, len(rows), BLOCK)]
     index.add_core(n, faiss.swig_ptr(space.vectors), None, faiss.swig_ptr(assign))

@@ -102,10 +102,15 @@ def row_hashes(vectors: np.ndarray) -> np.ndarray:
 def ivf_centroids(vectors: np.ndarray, exact_up_to: int) -> np.ndarray | None:
     """The rows that are the IVF's list centroids (those hashing lowest), sorted; None where the
     search is exact (up to `exact_up_to` rows)."""
-    n = len(vectors)
+    return None if len(vectors) <= exact_up_to else hashed_centroids(row_hashes(vectors), exact_up_to)
+
+
+def hashed_centroids(hashes: np.ndarray, exact_up_to: int) -> np.ndarray | None:
+    """ivf_centroids of the rows whose row_hashes are `hashes`."""
+    n = len(hashes)
     if n <= exact_up_to:
         return None
-    return np.sort(np.argsort(row_hashes(vectors), kind="stable")[:min(ivf_lists(n), n)])
+    return np.sort(np.argsort(hashes, kind="stable")[:min(ivf_lists(n), n)])
 
 
 def _faiss_search(vectors: np.ndarray, k: int, exact_up_to: int) -> tuple[np.ndarray, np.ndarray]:

@@ -187,7 +187,12 @@ def fresh_top(n: int, edges: np.ndarray, weights: np.ndarray, config: ClusterCon
     not warm-started, as a first build runs it but for its first `refresh_iterations` iterations
     (_polished gives a top level it replaces the rest)."""
     return engine.partition(n, *sorted_edges(n, edges, weights), seed=config.seed,
-                            resolution=config.resolution, n_iterations=min(config.refresh_iterations, config.n_iterations))
+                            resolution=config.resolution, n_iterations=_check_iterations(config))
+
+
+def _check_iterations(config: ClusterConfig) -> int:
+    """The iterations the refresh check's fresh clustering runs (at most a build's)."""
+    return min(config.refresh_iterations, config.n_iterations)
 
 
 def _polished(n: int, edges: np.ndarray, weights: np.ndarray, labels: np.ndarray, config: ClusterConfig, engine) -> np.ndarray:
@@ -195,7 +200,7 @@ def _polished(n: int, edges: np.ndarray, weights: np.ndarray, labels: np.ndarray
     from them: the top level an update takes from the check is as converged as a build's. Run
     on the driver, after the check, only on an update that refreshes (at 1.2M chunks three warm
     iterations are about 2.5 s more of that update)."""
-    rest = config.n_iterations - min(config.refresh_iterations, config.n_iterations)
+    rest = config.n_iterations - _check_iterations(config)
     if not rest:
         return labels
     return engine.partition(n, *sorted_edges(n, edges, weights), seed=config.seed, resolution=config.resolution,

@@ -35,6 +35,8 @@ SCHEMA = pa.schema([("item_id", pa.int64()), ("key", pa.int64()), ("run_id", pa.
                     ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())])
 COLUMNS = SCHEMA.names
 COUNTED = "stage = 'extract' AND status = 'ok'"
+
+
 def _coded(calls: pa.Table) -> pa.Table:
     """Calls read from llm_calls (ids as text) in SCHEMA, the calls for no item left out."""
     calls = calls.filter(pc.is_valid(calls.column("item_id")))

@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphwright.engines.vectors.count_neighbours import BLOCK, CountSpace, count_neighbours
-from graphwright.engines.vectors.neighbours import EXACT_UP_TO, IVF_PROBES, ivf_centroids, ivf_lists, ngram_counts
+from graphwright.engines.vectors.count_neighbours import BLOCK, CountSpace, count_neighbours, list_of
+from graphwright.engines.vectors.neighbours import EXACT_UP_TO, IVF_PROBES, hashed_centroids, ivf_lists, ngram_counts, row_hashes
 from graphwright.stages.resolve.pair_cache import keys_digest
 from graphwright.util.numeric import to_numpy, unique
 
@@ -83,14 +83,15 @@ def ngram_hits(keys: list[str], config, before: NgramHits | None = None, old_key
     ties broken by row then fall the same way in both numberings."""
     n, k = len(keys), min(config.neighbours_k, len(keys) - 1)
     space = CountSpace(ngram_counts(keys, config.ngram_dim))
-    centroids = ivf_centroids(space.vectors, EXACT_UP_TO)
+    hashes = row_hashes(space.vectors) if n > EXACT_UP_TO else None
+    centroids = hashed_centroids(hashes, EXACT_UP_TO) if hashes is not None else None
     now = settings(config, n)
     plan = None
     if before is not None and old_keys is not None and k >= 1 and before.settings == now and before.keys == keys_digest(old_keys) \
             and before.valid(len(old_keys), k):
-        plan = _to_search(before, old_keys, keys, space, centroids, k, config)
-    rows, kept = plan if plan is not None else (None, None)
-    scores, idx = count_neighbours(space, k, centroids, rows)
+        plan = _to_search(before, old_keys, keys, space, centroids, hashes, k, config)
+    rows, kept, lists = plan if plan is not None else (None, None, None)
+    scores, idx = count_neighbours(space, k, centroids, rows, lists)
     rows = np.arange(n) if rows is None else rows
     good = np.isfinite(scores) & (scores >= config.min_ngram_cosine)
     row, hit, score = np.repeat(rows, good.sum(axis=1)), idx[good], scores[good]
@@ -100,9 +101,10 @@ def ngram_hits(keys: list[str], config, before: NgramHits | None = None, old_key
 
 
 def _to_search(before: NgramHits, old_keys: list[str], keys: list[str], space: CountSpace, centroids: np.ndarray | None,
-               k: int, config) -> tuple[np.ndarray, tuple] | None:
+               hashes: np.ndarray | None, k: int, config) -> tuple[np.ndarray, tuple, np.ndarray | None] | None:
     """(the keys to search again, the hits of the others as (row, hit, score) in the new
-    numbering), or None where every key is to be searched."""
+    numbering, each key's IVF list if the centroids changed), or None where every key is to be
+    searched. `hashes`: the keys' row_hashes (None for a flat search)."""
     old, new = pa.array(old_keys, pa.string()), pa.array(keys, pa.string())
     new_of_old = to_numpy(pc.fill_null(pc.index_in(old, value_set=new), -1), np.int64)
     added = np.flatnonzero(~to_numpy(pc.is_in(new, value_set=old), bool))
@@ -116,8 +118,9 @@ def _to_search(before: NgramHits, old_keys: list[str], keys: list[str], space: C
     left[removed] = True
     came = added  # rows now in lists they were not in
     kept_old = new_of_old >= 0
+    lists = None
     if centroids is not None:
-        moved, reprobed = _centroid_change(space, centroids, old_keys, removed, new_of_old, config)
+        moved, reprobed, lists = _centroid_change(space, centroids, hashes, old_keys, removed, new_of_old, config)
         search |= reprobed
         stayed = np.flatnonzero(kept_old)
         left[stayed] |= moved[new_of_old[stayed]]
@@ -136,29 +139,29 @@ def _to_search(before: NgramHits, old_keys: list[str], keys: list[str], space: C
         return None
     stay = kept_old[before.row] & ~search[np.maximum(new_of_old[before.row], 0)]
     kept = (new_of_old[before.row[stay]], new_of_old[before.hit[stay]], before.score[stay])
-    return np.flatnonzero(search), kept
+    return np.flatnonzero(search), kept, lists
 
 
-def _centroid_change(space: CountSpace, centroids: np.ndarray, old_keys: list[str], removed: np.ndarray,
-                     new_of_old: np.ndarray, config) -> tuple[np.ndarray, np.ndarray]:
-    """(rows whose list changed, rows whose probes changed) when the centroids did; none else.
-    The old key set's centroids are found as the last run found them (the same hash of the same
-    vectors), the removed keys' vectors made again."""
+def _centroid_change(space: CountSpace, centroids: np.ndarray, hashes: np.ndarray, old_keys: list[str], removed: np.ndarray,
+                     new_of_old: np.ndarray, config) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(rows whose list changed, rows whose probes changed, every row's list) when the centroids
+    did; none and None else. The old key set's centroids are found as the last run found them
+    (the same hash of the same vectors: the kept keys' `hashes`, the removed keys' made again)."""
     n = len(space)
     gone = CountSpace(ngram_counts([old_keys[i] for i in removed.tolist()], config.ngram_dim))
-    old_vectors = np.empty((len(old_keys), space.vectors.shape[1]), np.float32)
-    old_vectors[new_of_old >= 0] = space.vectors[new_of_old[new_of_old >= 0]]
-    old_vectors[removed] = gone.vectors
-    old_centroids = ivf_centroids(old_vectors, EXACT_UP_TO)
+    old_hashes = np.empty(len(old_keys), np.uint64)
+    old_hashes[new_of_old >= 0] = hashes[new_of_old[new_of_old >= 0]]
+    old_hashes[removed] = row_hashes(gone.vectors)
+    old_centroids = hashed_centroids(old_hashes, EXACT_UP_TO)
     as_new = new_of_old[old_centroids]  # -1: a removed key
     nothing = np.zeros(n, bool)
     if np.array_equal(as_new, centroids):
-        return nothing, nothing
+        return nothing, nothing, None
     p = min(IVF_PROBES, len(centroids))
     kept_c, gone_c = old_centroids[as_new >= 0], np.searchsorted(removed, old_centroids[as_new < 0])
     came_c = np.flatnonzero(~np.isin(centroids, as_new))  # positions among the new centroids
     left_c = np.flatnonzero(~np.isin(as_new, centroids))  # positions among the old ones
-    moved, reprobed = nothing.copy(), nothing.copy()
+    moved, reprobed, lists = nothing.copy(), nothing.copy(), np.empty(n, np.int64)
     for s in range(0, n, BLOCK):
         rows = np.arange(s, min(s + BLOCK, n))
         # each row's ranks of the old centroids, in the old order: the kept ones, then the removed ones
@@ -168,6 +171,6 @@ def _centroid_change(space: CountSpace, centroids: np.ndarray, old_keys: list[st
         ranks_new = space.centroid_ranks(rows, centroids)
         pth = -np.partition(-ranks_old, p - 1, axis=1)[:, p - 1]  # the last probe's rank, before
         reprobed[rows] = (ranks_new[:, came_c] >= pth[:, None]).any(axis=1) | (ranks_old[:, left_c] >= pth[:, None]).any(axis=1)
-        old_list = as_new[np.argmax(ranks_old, axis=1)]  # as a row of the new numbering (-1: gone)
-        moved[rows] = old_list != centroids[np.argmax(ranks_new, axis=1)]
-    return moved, reprobed
+        lists[rows] = list_of(ranks_new)
+        moved[rows] = as_new[list_of(ranks_old)] != centroids[lists[rows]]  # old list as a row of the new numbering (-1: gone)
+    return moved, reprobed, lists
