@@ -381,3 +381,21 @@ def test_nightly_job_with_the_index_on_s3(s3, prefix, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])["run"]
     assert summary["index"] == index and summary["version"] == 1 and summary["documents"] == len(CORPUS_KEYS)
+
+
+def test_a_data_file_gone_from_s3_is_named_as_missing(s3, prefix):
+    """obstore's errors are not OSErrors: a data file gone from the bucket is still reported as the
+    table's missing file (and as a FileNotFoundError, which the LLM cache's lookup falls back on)."""
+    from graphwright.storage.health import DataFileMissing
+    from graphwright.storage.patch import data_files, read_data_file
+
+    from datetime import datetime, timezone
+
+    store = IndexStore(prefix)
+    store.upsert("runs", pa.Table.from_pylist([{"run_id": "run-1", "command": "index", "started_at": datetime.now(timezone.utc), "status": "succeeded",
+                                                "config_hash": "c", "summary": "{}", "finished_at": None, "error": None}]))
+    (path, _), = data_files(store, "runs")
+    assert read_data_file(store, "runs", path, ["run_id"]).column("run_id").to_pylist() == ["run-1"]
+    s3.client.delete_object(Bucket=BUCKET, Key=f"{prefix.removeprefix(f's3://{BUCKET}/')}/tables/runs/{path}")
+    with pytest.raises(DataFileMissing, match=rf"table runs of {prefix} cannot be read: its data file {path} is missing"):
+        read_data_file(store, "runs", path, ["run_id"])

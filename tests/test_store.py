@@ -717,3 +717,24 @@ def test_a_deletion_writes_the_slices_of_many_files_as_one_copy_past_the_limit(s
     assert len(written) == 1 and written[0].num_rows == 38
     assert {c.num_chunks for c in written[0].columns} == {1}
     assert store.count("relationships") == 38
+
+
+def test_a_data_file_that_is_gone_or_broken_is_named_with_its_table_and_the_way_out(store):
+    """A patch, a deletion or a cache lookup reads data files one by one, past DataFusion: a file
+    the log lists that is gone, or holds no Parquet, is reported as the table's, with the file and
+    `graphwright check` named; a missing one is also a FileNotFoundError (the LLM cache's key
+    index falls back to a join on it)."""
+    from graphwright.storage.health import DataFileMissing, StorageError
+    from graphwright.storage.patch import data_files, read_data_file
+
+    store.append("documents", docs(3))
+    (path, _), = data_files(store, "documents")
+    file = Path(store.path("documents")) / path
+    file.write_bytes(b"not parquet")
+    with pytest.raises(StorageError, match=rf"table documents of .* cannot be read: its data file {path} is unreadable.*graphwright check") as broken:
+        read_data_file(store, "documents", path, ["doc_id"])
+    assert broken.value.table == "documents" and not isinstance(broken.value, FileNotFoundError)
+    file.unlink()
+    with pytest.raises(DataFileMissing, match=rf"its data file {path} is missing") as gone:
+        read_data_file(store, "documents", path, ["doc_id"])
+    assert isinstance(gone.value, FileNotFoundError) and gone.value.table == "documents"

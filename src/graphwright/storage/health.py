@@ -29,6 +29,11 @@ class StorageError(RuntimeError):
         self.table, self.version = table, version
 
 
+class DataFileMissing(StorageError, FileNotFoundError):
+    """A data file a table's log lists is not there (a caller that can do without it, such as the
+    LLM cache's key index, catches FileNotFoundError)."""
+
+
 _NOT_FOUND = re.compile(r"Object at location (\S+) not found")
 _TRUNCATED = re.compile(r"for file (\S+?): .*(?:EOF|out of specification|Invalid Parquet|file size|corrupt|Requested range)", re.IGNORECASE)
 
@@ -49,6 +54,16 @@ def table_error(root, table: str, version: int | None, reason) -> StorageError:
     return StorageError(f"table {table}{at} of {root} cannot be read: {first_line(reason)}. "
                         f"Run `graphwright check --index {root}` to see what is broken and how to repair it",
                         table=table, version=version)
+
+
+def data_file_error(root, table: str, path: str, exc: BaseException) -> StorageError:
+    """table_error for one of the table's data files that could not be read."""
+    from obstore.exceptions import NotFoundError  # obstore's errors are not OSErrors
+
+    missing = isinstance(exc, (FileNotFoundError, NotFoundError))
+    reason = f"its data file {path.rsplit('/', 1)[-1]} is {'missing' if missing else 'unreadable'} ({first_line(exc)})"
+    error = table_error(root, table, None, reason)
+    return DataFileMissing(str(error), table=table) if missing else error
 
 
 def log_entries(table_store) -> dict[str, int]:

@@ -27,9 +27,11 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
+from obstore.exceptions import BaseError as ObjectStoreError
 
 from graphwright.storage import contracts, location
 from graphwright.storage.diff import key_column, row_digests
+from graphwright.storage.health import data_file_error
 from graphwright.storage.log_retention import KEEP_LOG
 from graphwright.storage.parquet_files import write_parquet
 
@@ -89,21 +91,26 @@ def without_rows(table: pa.Table, hit: pa.Array | pa.ChunkedArray) -> pa.Table:
 
 def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
     """Some columns of one data file of a table (cast to its contract; a column the file predates
-    is read as nulls). Local files are read in place; an object store's, in one get."""
-    if store.is_remote:
-        import obstore
+    is read as nulls). Local files are read in place; an object store's, in one get. A file that
+    is missing or cannot be read raises StorageError naming the table and the file (DataFileMissing,
+    a FileNotFoundError too, when it is gone)."""
+    try:
+        if store.is_remote:
+            import obstore
 
-        blob = obstore.get(location.open_store(store.path(name), store.storage_options), path).bytes()
-        source = pq.ParquetFile(io.BytesIO(bytes(blob)))
-    else:
-        source = pq.ParquetFile(Path(store.path(name)) / path)
-    have = set(source.schema_arrow.names)
-    table = source.read(columns=[c for c in columns if c in have])
-    schema = contracts.schema(name).arrow
-    for c in columns:
-        if c not in have:
-            table = table.append_column(schema.field(c).with_nullable(True), pa.nulls(table.num_rows, schema.field(c).type))
-    return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
+            blob = obstore.get(location.open_store(store.path(name), store.storage_options), path).bytes()
+            source = pq.ParquetFile(io.BytesIO(bytes(blob)))
+        else:
+            source = pq.ParquetFile(Path(store.path(name)) / path)
+        have = set(source.schema_arrow.names)
+        table = source.read(columns=[c for c in columns if c in have])
+        schema = contracts.schema(name).arrow
+        for c in columns:
+            if c not in have:
+                table = table.append_column(schema.field(c).with_nullable(True), pa.nulls(table.num_rows, schema.field(c).type))
+        return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
+    except (OSError, pa.ArrowException, ObjectStoreError) as exc:
+        raise data_file_error(store.root, name, path, exc) from exc
 
 
 def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> dict[str, int]:
