@@ -271,3 +271,40 @@ def test_initials_in_a_row_are_not_copied_at_every_boundary():
     finally:
         tracemalloc.stop()
     assert peak < len(text) // 4  # the old rule held a copy of up to the whole text
+
+
+TRUNCATED_TEXTS = st.lists(st.sampled_from(["ab", " ", "cd", ",", ".", "\n", "é", "Ǆ", "中", "0", "99", "ǅx", "--", "  ",
+                                             "overwhelmingly", "x" * 30, "1234567890" * 8]), max_size=200).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(TRUNCATED_TEXTS, max_size=6), st.integers(1, 40))
+def test_truncating_many_texts_gives_each_one_s_truncate_tokens(texts, limit):
+    """Heads cut where no token changes, and texts whose head says too little tokenized whole:
+    the same cut as tokenizing each whole text (characters that normalize to several tokens,
+    texts without spaces, limits past the text)."""
+    from graphwright.text.tokens import truncate_many, truncate_tokens
+
+    assert truncate_many(texts, limit) == [truncate_tokens(t, limit) for t in texts]
+
+
+def test_a_long_text_is_tokenized_only_as_far_as_its_cut(monkeypatch):
+    """A report of 40k characters cut at 50 tokens: the tokenizer sees its head, not the rest."""
+    from graphwright.text import tokens
+
+    seen, real = [], tokens.tokenizer
+
+    class Spy:
+        def encode_batch(self, texts, **kw):
+            seen.extend(len(t) for t in texts)
+            return real().encode_batch(texts, **kw)
+
+        def encode(self, text, **kw):
+            seen.append(len(text))
+            return real().encode(text, **kw)
+
+    text = TEXT[:40_000]
+    expected = tokens.truncate_tokens(text, 50)
+    monkeypatch.setattr(tokens, "tokenizer", lambda: Spy())
+    assert tokens.truncate_many([text, "short"], 50) == [expected, "short"]
+    assert max(seen) <= tokens.HEAD_CHARS_PER_TOKEN * 51 + 100 and expected.endswith(" …")

@@ -547,8 +547,10 @@ def test_a_parents_child_reports_are_tokenized_in_one_batch_as_each_alone(server
     short = {"title": "Mill", "summary": "A small mill.", "findings": "not json"}
     assert child_texts({"a": long, "b": short}, 50) == {"a": child_text(long, 50), "b": child_text(short, 50)}
     assert child_texts({"a": long}, 50)["a"].endswith(" …") and child_texts({"b": short}, 50)["b"] == child_text(short, 50)
-    batches, real = [], report_llm.whole_spans
-    monkeypatch.setattr(report_llm, "whole_spans", lambda texts: batches.append(len(texts)) or real(texts))
+    from graphwright.text import tokens
+
+    batches, real = [], tokens.whole_spans
+    monkeypatch.setattr(tokens, "whole_spans", lambda texts: batches.append(len(texts)) or real(texts))
     monkeypatch.setattr(report_llm, "truncate_tokens", lambda *a: pytest.fail("a child report tokenized alone"))
     cfg = config(server)
     run([corpus], tmp_path / "index", cfg)

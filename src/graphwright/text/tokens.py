@@ -83,6 +83,31 @@ def truncate_tokens(text: str, limit: int) -> str:
     return truncate_at(text, token_spans(text), limit)
 
 
+# How far into a text truncate_many tokenizes first, per token: a WordPiece token of English
+# prose spans 4-5 characters (4.8 in the generated corpus's reports), so a head this long holds
+# a text's first `limit` + 1 tokens but for rare texts (long words, runs of digits), which are
+# then tokenized whole. (8 characters a token: 1.06-1.09 s for the 145k-chunk index's 4,825 child
+# texts at 300 tokens against 1.27-1.50 s whole; 6: 0.87 against 1.40-1.69 s.)
+HEAD_CHARS_PER_TOKEN = 6
+
+
+def truncate_many(texts: list[str], limit: int) -> list[str]:
+    """truncate_tokens of each text, tokenized in one batch and each only as far as it needs: a
+    head cut where a cut changes no token (_cut) and holding more than `limit` tokens has the
+    same first `limit` tokens as the whole text. A third of an update's child reports at 145k
+    chunks run to 700 tokens for a limit of 300."""
+    reach = HEAD_CHARS_PER_TOKEN * (limit + 1)
+    heads = [text[:_cut(text, reach, reach)] for text in texts]
+    out = []
+    for text, head, spans in zip(texts, heads, whole_spans(heads)):
+        if spans is None:
+            spans = token_spans(head)
+        if len(spans) <= limit and len(head) < len(text):  # the head cannot say where the text stops
+            spans = token_spans(text)
+        out.append(truncate_at(text, spans, limit))
+    return out
+
+
 def truncate_at(text: str, spans: list[tuple[int, int]], limit: int) -> str:
     """`text` cut after its `limit`-th token (`spans`: its token_spans), marked with an ellipsis."""
     return text if len(spans) <= limit else text[: spans[limit - 1][1]] + " …"

@@ -24,7 +24,7 @@ from graphwright.engines.llm.interface import LLMRequest
 from graphwright.stages.extract.parse import ParseError, loads_lenient
 from graphwright.stages.report.row_tokens import RowTokens
 from graphwright.stages.report.support import Lineage, Support
-from graphwright.text.tokens import count_tokens, token_spans, truncate_at, truncate_tokens, whole_spans
+from graphwright.text.tokens import count_tokens, truncate_many, truncate_tokens
 from graphwright.util.rows import ranked
 
 PROMPT_VERSION = "report-v1"
@@ -295,10 +295,10 @@ def child_text(report: dict, limit: int) -> str:
 
 def child_texts(reports: dict[str, dict], limit: int) -> dict[str, str]:
     """child_text of each report, tokenized in one batch (the tokenizer spreads it over its
-    threads: a parent's children were tokenized one call each, 0.4-0.6 s of an update at 145k)."""
+    threads: a parent's children were tokenized one call each, 0.4-0.6 s of an update at 145k),
+    each only as far as its cut needs (truncate_many)."""
     texts = {cid: _child_row(r) for cid, r in reports.items()}
-    spans = whole_spans(list(texts.values()))
-    return {cid: truncate_at(text, s if s is not None else token_spans(text), limit) for (cid, text), s in zip(texts.items(), spans)}
+    return dict(zip(texts, truncate_many(list(texts.values()), limit)))
 
 
 def _child_row(report: dict) -> str:
