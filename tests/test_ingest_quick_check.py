@@ -111,6 +111,17 @@ EDITS = [
     ("relabel", lambda c, t: _touch(c / "c.jsonl", json.dumps({"id": "c1", "text": "Three.", "title": "New"}) + "\n", t)),
     ("move the folder's text file", lambda c, t: shutil.move(c / "notes", c / "elsewhere")),
     ("a bad line", lambda c, t: _touch(c / "c.jsonl", _records(("c1", "Three.")) + "oops\n", t)),
+    # lines of a changed file, some known byte for byte
+    ("a long file", lambda c, t: _touch(c / "d.jsonl", _records(*((f"d{i}", f"Line {i}.") for i in range(8))), t)),
+    ("one line edited, one gone, one new", lambda c, t: _touch(
+        c / "d.jsonl", _records(*((f"d{i}", f"Line {i}." if i != 3 else "Edited.") for i in range(8) if i != 5), ("d9", "New.")), t)),
+    ("lines swapped, the first one moved, CRLF endings", lambda c, t: _touch(
+        c / "d.jsonl", _records(("d2", "Line 2."), ("d1", "Line 1."), ("d0", "Line 0."), ("d4", "Line 4.")).replace("\n", "\r\n"), t)),
+    ("a known line's key taken by an earlier file", lambda c, t: (
+        _touch(c / "a.jsonl", _records(("a1", "One."), ("d1", "Taken.")), t),
+        _touch(c / "d.jsonl", _records(("d2", "Line 2."), ("d1", "Line 1."), ("d0", "Line 0."), ("d4", "Line 4."), ("d7", "7.")), t + 1))),
+    ("a known line's key freed again", lambda c, t: _touch(c / "a.jsonl", _records(("a1", "One.")), t)),
+    ("a known line repeated", lambda c, t: _touch(c / "d.jsonl", _records(("d0", "Line 0."), ("d1", "Line 1."), ("d1", "Line 1.")), t)),
 ]
 
 
@@ -132,3 +143,22 @@ def test_quick_check_writes_what_reading_every_file_writes(tmp_path, mirror):
         assert _documents(tmp_path / "quick") == _documents(tmp_path / "full"), what
         assert quick[0]["rows_in"] == full[0]["rows_in"], what
     assert quick[0]["files_unread"] > 0
+
+
+def test_in_a_changed_jsonl_file_only_the_lines_that_changed_are_parsed(tmp_path, monkeypatch):
+    """A file of 40 records with one edited, one deleted and one added: the first line (always)
+    and the two new ones are parsed, the other 37 are the indexed rows; the index holds what an
+    ingest reading every line holds."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    _touch(corpus / "part.jsonl", _records(*((f"r{i}", f"Record {i} of the part.") for i in range(40))), PAST)
+    _ingest(corpus, tmp_path / "quick")
+    parsed, loads = [], sources.json.loads
+    monkeypatch.setattr(sources.json, "loads", lambda raw: parsed.append(raw) or loads(raw))
+    _touch(corpus / "part.jsonl", _records(*((f"r{i}", "Edited." if i == 7 else f"Record {i} of the part.")
+                                             for i in range(40) if i != 20), ("r40", "Added.")), PAST + 10)
+    m, out = _ingest(corpus, tmp_path / "quick")
+    assert len([p for p in parsed if isinstance(p, str) and p.startswith('{"id"')]) == 3 and m["lines_unread"] == 37
+    assert out["diff"] == {"new": 1, "changed": 1, "unchanged": 38, "deleted": 1, "relabeled": 0}
+    _ingest(corpus, tmp_path / "full", quick=False)
+    assert _documents(tmp_path / "quick") == _documents(tmp_path / "full")

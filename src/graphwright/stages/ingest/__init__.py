@@ -96,7 +96,7 @@ def execute(run, m: dict) -> dict:
                         [t.filter(pc.is_in(t.column("doc_id"), value_set=wanted)) for t in map(pq.read_table, holding)])
         recorded = quick.save(run.store, incoming, troubled_sources(errors, failed_sources))
         m.update(rows_in=incoming.num_rows, rows_out=len(write), **diff.as_counts(), source_errors=len(errors),
-                 files_unread=len(quick.accepted), files_recorded=recorded,
+                 files_unread=len(quick.accepted), lines_unread=len(quick.taken), files_recorded=recorded,
                  work_unit="documents", work_done=incoming.num_rows, work_total=incoming.num_rows)
         return {"diff": diff.as_counts(), "errors": [vars(e) for e in errors]}
 

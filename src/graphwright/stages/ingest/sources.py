@@ -9,6 +9,7 @@ a SourceError naming the file and the reason; the rest is indexed.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
 import json
 from collections.abc import Iterator
@@ -40,10 +41,26 @@ class Document:
     title: str
     text: str
     metadata: dict = field(default_factory=dict)
+    line_hash: bytes | None = None  # a JSONL record's line_hash, where the quick check records lines
 
     @property
     def doc_id(self) -> str:
         return ids.doc_id(self.source_key)
+
+
+@dataclass(frozen=True)
+class KnownLine:
+    """A JSONL line the last ingest read, byte for byte, into an indexed document (quick_check):
+    its document is that row, unread."""
+    doc_id: str
+    source_key: str
+    source: str
+    line_hash: bytes
+
+
+def line_hash(raw: bytes) -> bytes:
+    """What identifies a JSONL line's bytes (its line ending aside)."""
+    return hashlib.blake2b(raw.rstrip(b"\r\n"), digest_size=16).digest()
 
 
 @dataclass
@@ -67,8 +84,12 @@ def _read_text_file(path: Path, source_key: str) -> Document:
     return Document(source_key=source_key, source=str(path), title=path.stem, text=text)
 
 
-def _record_documents(path: Path, records: Iterator[tuple[int, dict]], errors: list[SourceError]) -> Iterator[Document]:
-    for line_no, rec in records:
+def _record_documents(path: Path, records: Iterator[tuple[int, dict, bytes | None]], errors: list[SourceError]
+                      ) -> Iterator[Document | KnownLine]:
+    for line_no, rec, hashed in records:
+        if isinstance(rec, KnownLine):
+            yield rec
+            continue
         where = f"{path}:{line_no}"
         if not isinstance(rec, dict):
             errors.append(SourceError(where, "record is not an object"))
@@ -95,6 +116,7 @@ def _record_documents(path: Path, records: Iterator[tuple[int, dict]], errors: l
             title=str(rec.get("title") or key),
             text=text,
             metadata=metadata,
+            line_hash=hashed,
         )
 
 
@@ -118,15 +140,25 @@ def _jsonable(value) -> bool:
         return False
 
 
-def _jsonl_records(path: Path, errors: list[SourceError]) -> Iterator[tuple[int, dict]]:
+def _jsonl_records(path: Path, errors: list[SourceError], known: dict[bytes, tuple[str, str]] | None = None
+                   ) -> Iterator[tuple[int, dict | KnownLine, bytes | None]]:
+    """(line number, record, its line_hash) of each line; with `known` ({line_hash: (doc_id,
+    source_key)} of the lines the last ingest read, None where lines are not recorded), every
+    line is hashed and a known one is a KnownLine, not parsed. The first line is always parsed
+    (a byte-order mark is dropped from it alone)."""
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):
             if line_no == 1 and raw.startswith((b"\xff\xfe", b"\xfe\xff")):
                 raise ValueError("UTF-16 text (it starts with a UTF-16 byte-order mark); JSONL must be UTF-8: convert it")
             if not raw.strip():
                 continue
+            hashed = line_hash(raw) if known is not None else None
+            if hashed is not None and line_no > 1 and hashed in known:
+                doc_id, source_key = known[hashed]
+                yield line_no, KnownLine(doc_id, source_key, str(path), hashed), hashed
+                continue
             try:
-                yield line_no, json.loads(raw.decode("utf-8-sig" if line_no == 1 else "utf-8"))
+                yield line_no, json.loads(raw.decode("utf-8-sig" if line_no == 1 else "utf-8")), hashed
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 errors.append(SourceError(f"{path}:{line_no}", f"invalid JSON line: {exc}"))
 
@@ -204,17 +236,19 @@ def _object_sources(uri: str) -> list[tuple[ObjectFile, str]]:
 MAX_ERRORS_PER_FILE = 50
 
 
-def read_path(path: Path, source_key: str, errors: list[SourceError], failed: set[str]) -> Iterator[Document]:
-    """Documents from one file; problems go to `errors` (and `failed` when the whole file is lost)."""
+def read_path(path: Path, source_key: str, errors: list[SourceError], failed: set[str],
+              known_lines: dict[bytes, tuple[str, str]] | None = None) -> Iterator[Document | KnownLine]:
+    """Documents from one file; problems go to `errors` (and `failed` when the whole file is lost).
+    `known_lines`: a JSONL file's lines the last ingest read (_jsonl_records)."""
     suffix = path.suffix.lower()
     errors_before = len(errors)
     try:
         if suffix in TEXT_SUFFIXES:
             yield _read_text_file(path, source_key)
         elif suffix in {".jsonl", ".ndjson"}:
-            yield from _record_documents(path, _jsonl_records(path, errors), errors)
+            yield from _record_documents(path, _jsonl_records(path, errors, known_lines), errors)
         elif suffix == ".parquet":
-            yield from _record_documents(path, _parquet_records(path), errors)
+            yield from _record_documents(path, ((n, rec, None) for n, rec in _parquet_records(path)), errors)
         else:
             errors.append(SourceError(str(path), f"unsupported file type {suffix or '(none)'}; expected .txt, .md, .jsonl or .parquet"))
     except (OSError, ValueError, pa.ArrowException) as exc:
@@ -263,7 +297,8 @@ def iter_documents(sources: list[str | Path], errors: list[SourceError], failed:
     before is an error naming both files, and the first document is kept; a record whose id is
     also a text file's key (its path relative to its folder) is refused and the file's
     document kept, whichever is read first. A file `reuse` knows unchanged, whose keys meet none
-    of these, is taken from the index (reuse.accept) instead of read."""
+    of these, is taken from the index (reuse.accept) instead of read; in a JSONL file that
+    changed, so is each line it knows byte for byte (reuse.take_line)."""
     keyed = [pair for source in sources for pair in _source_files(source, errors, failed)]
     file_keys = {key: str(path) for path, key in keyed if path.suffix.lower() in TEXT_SUFFIXES}
     first_source: dict[str, str] = {}  # source key -> the file it was read from
@@ -274,7 +309,7 @@ def iter_documents(sources: list[str | Path], errors: list[SourceError], failed:
             first_source.update(dict.fromkeys(known, str(path)))
             reuse.accept(path)
             continue
-        for doc in read_path(path, key, errors, failed):
+        for doc in read_path(path, key, errors, failed, reuse.lines(path) if reuse is not None else None):
             if is_record and doc.source_key in file_keys:
                 errors.append(SourceError(doc.source, f"record id {doc.source_key!r} is also the path of the file "
                                                       f"{file_keys[doc.source_key]}: both would be document {doc.source_key!r}; "
@@ -286,6 +321,11 @@ def iter_documents(sources: list[str | Path], errors: list[SourceError], failed:
                 errors.append(SourceError(doc.source, f"duplicate document key {doc.source_key!r} (also in {other}); kept the first"))
                 continue
             first_source[doc.source_key] = doc.source
+            if isinstance(doc, KnownLine):
+                reuse.take_line(doc)
+                continue
+            if doc.line_hash is not None:
+                reuse.note_line(doc.source, doc.doc_id, doc.line_hash)
             yield doc
 
 
