@@ -77,9 +77,11 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
     })
     memory = MemorySampler()
     memory.start()
+    cpu = _cpu_s()
     started = time.perf_counter()
     summary = run_index([str(corpus)], index, config, show_progress=False, log=lambda m: None)
     wall = time.perf_counter() - started
+    cpu = [b - a for a, b in zip(cpu, _cpu_s())]
     memory.stopped.set()
     rows = IndexStore(index).read("stage_metrics", where=f"run_id = '{summary['run_id']}'").to_pylist()
     stages = {}
@@ -90,9 +92,16 @@ def run_one(corpus: Path, index: Path, base_url: str, reports: str, concurrency:
                               "calls_commit_s": details.get("calls_commit_s"), "waves": details.get("waves"),
                               "steps": stage_steps(details)}
     return {"chunks": summary["chunks"], "entities": summary["entities"], "relationships": summary["relationships"],
-            "reports": summary["reports"], "llm_calls": summary["llm"]["calls"], "wall_s": wall,
+            "reports": summary["reports"], "llm_calls": summary["llm"]["calls"], "wall_s": wall, "cpu_s": sum(cpu), "sys_s": cpu[1],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_anon_mb": memory.peak["RssAnon"], "peak_shmem_mb": memory.peak["RssShmem"], "stages": stages}
+
+
+def _cpu_s() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process and its ended children (the clustering's
+    worker processes; Ray's workers and the LLM server are not children)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + children.ru_utime, own.ru_stime + children.ru_stime
 
 
 def stage_steps(details: dict) -> dict[str, float]:

@@ -121,7 +121,8 @@ def main() -> None:
                 if not a.keep:
                     shutil.rmtree(target)
                 share = f" ({r['wall_s'] / a.full_build_s:.2%} of the build)" if a.full_build_s else ""
-                print(f"  {label:<8} total {r['wall_s']:7.1f} s{share}  peak {r['peak_rss_mb'] / 1024:5.2f} GiB | "
+                cpu = f", CPU {r['cpu_s']:.1f} s (system {r['sys_s']:.1f})" if "cpu_s" in r else ""
+                print(f"  {label:<8} total {r['wall_s']:7.1f} s{share}{cpu}  peak {r['peak_rss_mb'] / 1024:5.2f} GiB | "
                       + " ".join(f"{k} {v['wall_s']:.1f}" for k, v in r["stages"].items()), flush=True)
                 if "check" in r:
                     print(f"           reports written {r['stages'].get('report', {}).get('work_done')}; check {json.dumps(r['check'])}", flush=True)
@@ -133,7 +134,8 @@ def main() -> None:
                 pair = (results[label], results[f"{label}#2"])
                 wall = sum(r["wall_s"] for r in pair) / 2
                 share = f" ({wall / a.full_build_s:.2%} of the build)" if a.full_build_s else ""
-                print(f"  {label:<8} total {wall:7.1f} s{share}  peak {max(r['peak_rss_mb'] for r in pair) / 1024:5.2f} GiB | "
+                cpu = f", CPU {sum(r['cpu_s'] for r in pair) / 2:.1f} s" if all("cpu_s" in r for r in pair) else ""
+                print(f"  {label:<8} total {wall:7.1f} s{share}{cpu}  peak {max(r['peak_rss_mb'] for r in pair) / 1024:5.2f} GiB | "
                       + " ".join(f"{k} {sum(r['stages'][k]['wall_s'] for r in pair) / 2:.1f}" for k in pair[0]["stages"]), flush=True)
                 if a.steps:
                     _print_steps(pair)
