@@ -162,3 +162,20 @@ def test_in_a_changed_jsonl_file_only_the_lines_that_changed_are_parsed(tmp_path
     assert out["diff"] == {"new": 1, "changed": 1, "unchanged": 38, "deleted": 1, "relabeled": 0}
     _ingest(corpus, tmp_path / "full", quick=False)
     assert _documents(tmp_path / "quick") == _documents(tmp_path / "full")
+
+
+def test_a_file_written_just_before_its_ingest_has_its_lines_reused_next_time(tmp_path, monkeypatch):
+    """A file modified within the racy window is read again whatever its size and time, but the
+    lines it was read with are recorded: the next ingest parses only the lines that changed."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    records = [(f"r{i}", f"Record {i}.") for i in range(30)]
+    (corpus / "part.jsonl").write_text(_records(*records))  # just written: racy
+    m, _ = _ingest(corpus, tmp_path / "index")
+    assert m["files_recorded"] == 0
+    parsed, loads = [], sources.json.loads
+    monkeypatch.setattr(sources.json, "loads", lambda raw: parsed.append(raw) or loads(raw))
+    (corpus / "part.jsonl").write_text(_records(*records, ("r30", "Added.")))
+    m, out = _ingest(corpus, tmp_path / "index")
+    assert len([p for p in parsed if isinstance(p, str) and p.startswith('{"id"')]) == 2 and m["lines_unread"] == 29
+    assert out["diff"]["new"] == 1 and out["diff"]["unchanged"] == 30

@@ -11,8 +11,9 @@ that row. An edit of 24 records in a file of 6,000 (64 MB) parses 24 lines inste
 The record (`state/ingest/sources.arrow`: path, size, mtime_ns, doc_id, line_hash) is written
 after the documents are committed and names the `documents` version it describes. Any other
 version (a `graphwright delete`, a failed run, another writer) and every file is read. A file
-modified less than RACY_NS before it was looked at is not recorded: a second write within the
-same clock tick could keep its size and time. Object-store sources are always read.
+modified less than RACY_NS before it was looked at is read again next time whatever its size and
+time (a second write within the same clock tick could keep them); its lines, which name their
+bytes, are recorded. Object-store sources are always read.
 `ingest.quick_check: false` reads every file each run.
 """
 
@@ -132,17 +133,23 @@ class QuickCheck:
         return None if None in at else self.indexed.take(pa.array(at, pa.int64()))
 
     def save(self, store, incoming: pa.Table, troubled: set[str]) -> int:
-        """Record the files looked at this run, read (or taken) without a problem and not modified
-        just before, with the documents they gave; for the documents version now. Returns how many."""
+        """Record the files looked at this run, read (or taken) without a problem, with the documents
+        they gave (and a JSONL file's lines); for the documents version now. Returns how many files
+        are recorded with their size and time (those not modified just before)."""
         by_source: dict[str, list[str]] = {}
         for doc_id, source in zip(incoming.column("doc_id").to_pylist(), incoming.column("source").to_pylist()):
             by_source.setdefault(source, []).append(doc_id)
         rows = {"path": [], "size": [], "mtime_ns": [], "doc_id": [], "line_hash": []}
         recorded = 0
         for path, (size, mtime, looked_at) in self.looked.items():
-            if path in troubled or mtime > looked_at - RACY_NS or not by_source.get(path):
+            if path in troubled or not by_source.get(path):
                 continue
-            recorded += 1
+            if mtime > looked_at - RACY_NS:  # its lines are recorded, never its size and time
+                if not any((path, doc_id) in self.line_of for doc_id in by_source[path]):
+                    continue
+                size = mtime = -1
+            else:
+                recorded += 1
             # a file taken whole keeps the hashes it had; a file read, those of this run's lines
             kept = dict(zip(self.known[path][2], self.hashes.get(path, []))) if path in self.accepted else {}
             for doc_id in by_source[path]:
