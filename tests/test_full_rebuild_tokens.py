@@ -104,23 +104,6 @@ def test_the_sum_is_brought_up_to_date_from_the_chunks_deleted_and_the_calls_app
     assert _full_rebuild_tokens(store) == 110 + 77 + 6 and "chunks" in reads
 
 
-def test_ids_are_coded_alike_whichever_way_their_array_is_coded():
-    """The kept calls name chunks and prompts by 64-bit codes: an id's code is its own, whether its
-    array takes the strided path (one width, all hex) or each id's, and distinct ids differ."""
-    hexes = ["4b9f661a5207e8a758b89374", "c755b6c52f9b8a9468d255c0", "00000000000000010000abcd", "ffffffffffffffff00000000"]
-    strided = rebuild_tokens.id_codes(pa.array(hexes)).to_pylist()
-    one_by_one = rebuild_tokens.id_codes(pa.array([*hexes, "chunk-a", "4b9f661a5207e8a7"])).to_pylist()
-    assert one_by_one[:4] == strided and one_by_one[5] == strided[0]  # the first 16 digits are the code
-    assert strided[2] == 1 and strided[3] == -1
-    assert len(set(one_by_one[:5])) == 5
-    assert rebuild_tokens.id_codes(pa.chunked_array([pa.array(["chunk-a"]), pa.array(["chunk-b"])])).to_pylist() == \
-        rebuild_tokens.id_codes(pa.array(["chunk-a", "chunk-b"], pa.large_string())).to_pylist()
-    assert rebuild_tokens.id_codes(pa.array(hexes).slice(1)).to_pylist() == strided[1:]  # an offset into the buffers
-    assert rebuild_tokens.id_codes(pa.array([h.upper() for h in hexes], pa.large_string())).to_pylist() == strided
-    spaced = rebuild_tokens.id_codes(pa.array(["4b9f 661a5207e8a758b8937", hexes[1]])).to_pylist()
-    assert spaced[1] == strided[1] and spaced[0] not in strided  # a space is no hex digit, on either path
-    assert rebuild_tokens.id_codes(pa.array([hexes[0], None])).to_pylist() == [strided[0], None]
-
 
 def test_a_state_kept_as_text_by_an_earlier_version_is_counted_again_from_the_table(tmp_path):
     """An index whose kept calls name their ids as text (format 1) is counted from every call once,

@@ -1,6 +1,7 @@
 import hashlib
 import re
 
+import pyarrow as pa
 import pytest
 
 from graphwright import ids
@@ -101,3 +102,21 @@ def test_stable_id_of_columns_depends_on_the_values_alone_and_cuts_them_unambigu
     assert ids.stable_id_of_columns("k", (2,), [pa.array(values)]) != ids.stable_id_of_columns("k", (1,), [pa.array(values)])
     with pytest.raises(ValueError, match="nulls"):
         ids.stable_id_of_columns("k", (), [pa.array(["a", None])])
+
+
+def test_ids_are_coded_alike_whichever_way_their_array_is_coded():
+    """The kept calls name chunks and prompts by 64-bit codes: an id's code is its own, whether its
+    array takes the strided path (one width, all hex) or each id's, and distinct ids differ."""
+    hexes = ["4b9f661a5207e8a758b89374", "c755b6c52f9b8a9468d255c0", "00000000000000010000abcd", "ffffffffffffffff00000000"]
+    strided = ids.id_codes(pa.array(hexes)).to_pylist()
+    one_by_one = ids.id_codes(pa.array([*hexes, "chunk-a", "4b9f661a5207e8a7"])).to_pylist()
+    assert one_by_one[:4] == strided and one_by_one[5] == strided[0]  # the first 16 digits are the code
+    assert strided[2] == 1 and strided[3] == -1
+    assert len(set(one_by_one[:5])) == 5
+    assert ids.id_codes(pa.chunked_array([pa.array(["chunk-a"]), pa.array(["chunk-b"])])).to_pylist() == \
+        ids.id_codes(pa.array(["chunk-a", "chunk-b"], pa.large_string())).to_pylist()
+    assert ids.id_codes(pa.array(hexes).slice(1)).to_pylist() == strided[1:]  # an offset into the buffers
+    assert ids.id_codes(pa.array([h.upper() for h in hexes], pa.large_string())).to_pylist() == strided
+    spaced = ids.id_codes(pa.array(["4b9f 661a5207e8a758b8937", hexes[1]])).to_pylist()
+    assert spaced[1] == strided[1] and spaced[0] not in strided  # a space is no hex digit, on either path
+    assert ids.id_codes(pa.array([hexes[0], None])).to_pylist() == [strided[0], None]
