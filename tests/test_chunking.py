@@ -274,7 +274,10 @@ def test_initials_in_a_row_are_not_copied_at_every_boundary():
 
 
 TRUNCATED_TEXTS = st.lists(st.sampled_from(["ab", " ", "cd", ",", ".", "\n", "é", "Ǆ", "中", "0", "99", "ǅx", "--", "  ",
-                                             "overwhelmingly", "x" * 30, "1234567890" * 8]), max_size=200).map("".join)
+                                             "overwhelmingly", "x" * 30, "1234567890" * 8,
+                                             # marks a cut must not go before: deleted, stripped, letters, a symbol
+                                             "\u200d", "\u2060", "\u302a", "\u3005", "\u2044", "\u3004"]),
+                           max_size=200).map("".join)
 
 
 @settings(max_examples=150, deadline=None)
@@ -282,10 +285,22 @@ TRUNCATED_TEXTS = st.lists(st.sampled_from(["ab", " ", "cd", ",", ".", "\n", "é
 def test_truncating_many_texts_gives_each_one_s_truncate_tokens(texts, limit):
     """Heads cut where no token changes, and texts whose head says too little tokenized whole:
     the same cut as tokenizing each whole text (characters that normalize to several tokens,
-    texts without spaces, limits past the text)."""
+    format characters the normalizer deletes, texts without spaces, limits past the text)."""
     from graphwright.text.tokens import truncate_many, truncate_tokens
 
     assert truncate_many(texts, limit) == [truncate_tokens(t, limit) for t in texts]
+
+
+def test_a_text_is_never_cut_before_a_mark_the_normalizer_deletes_or_a_letter():
+    """A zero-width joiner or word joiner is deleted (its neighbours become one word), an ideographic
+    tone mark stripped, an iteration mark is a letter: none is a place to cut a head or a window."""
+    from graphwright.text.tokens import token_windows, truncate_many, truncate_tokens
+
+    texts = ["international playi\u200dng", "x" * 20 + "\u2060" + "y" * 20, "ab\u302acd" * 5, "x\u3005y" * 10]
+    for limit in (1, 2, 3):
+        assert truncate_many(texts, limit) == [truncate_tokens(t, limit) for t in texts]
+    text = "word" * 30 + "\u200d" + "joined" * 30
+    assert [s for w in token_windows(text, 100) for s in w] == token_spans(text)
 
 
 def test_a_long_text_is_tokenized_only_as_far_as_its_cut(monkeypatch):

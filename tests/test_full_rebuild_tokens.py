@@ -104,7 +104,6 @@ def test_the_sum_is_brought_up_to_date_from_the_chunks_deleted_and_the_calls_app
     assert _full_rebuild_tokens(store) == 110 + 77 + 6 and "chunks" in reads
 
 
-
 def test_a_state_kept_as_text_by_an_earlier_version_is_counted_again_from_the_table(tmp_path):
     """An index whose kept calls name their ids as text (format 1) is counted from every call once,
     and keeps codes from then on; the sum is what a full count gives."""

@@ -75,7 +75,6 @@ def test_entity_id_derives_from_canonical_key_only():
 
 def test_stable_id_of_strings_equals_stable_id_of_the_same_values():
     # the vector and lexical file names of existing indexes must not change with the faster digest
-    import pyarrow as pa
 
     values = ["", "a", "é漢", "x\x1fy", "Port Elling", "0" * 300] * 50
     column = pa.chunked_array([pa.array(values[:7]), pa.array([], pa.string()), pa.array(values[7:])])
@@ -87,7 +86,6 @@ def test_stable_id_of_strings_equals_stable_id_of_the_same_values():
 
 
 def test_stable_id_of_columns_depends_on_the_values_alone_and_cuts_them_unambiguously():
-    import pyarrow as pa
 
     values = ["", "a", "é漢", "x\x1fy", "Port Elling", "0" * 300] * 50
     whole = ids.stable_id_of_columns("k", (1,), [pa.array(values), pa.array(values[::-1])])

@@ -122,6 +122,9 @@ EDITS = [
         _touch(c / "d.jsonl", _records(("d2", "Line 2."), ("d1", "Line 1."), ("d0", "Line 0."), ("d4", "Line 4."), ("d7", "7.")), t + 1))),
     ("a known line's key freed again", lambda c, t: _touch(c / "a.jsonl", _records(("a1", "One.")), t)),
     ("a known line repeated", lambda c, t: _touch(c / "d.jsonl", _records(("d0", "Line 0."), ("d1", "Line 1."), ("d1", "Line 1.")), t)),
+    ("a byte-order mark", lambda c, t: _touch(c / "e.jsonl", "\ufeff" + _records(("e1", "E one."), ("e2", "E two.")), t)),
+    ("a line put above the byte-order mark", lambda c, t: _touch(
+        c / "e.jsonl", _records(("e0", "E zero.")) + "\ufeff" + _records(("e1", "E one."), ("e2", "E two.")), t)),
 ]
 
 

@@ -540,7 +540,6 @@ def test_row_token_counts_by_id_drop_the_rows_rewritten_since_and_another_row_fo
 def test_a_parents_child_reports_are_tokenized_in_one_batch_as_each_alone(server, corpus, tmp_path, monkeypatch):
     """The child reports a request quotes are cut to their share with one tokenizer batch per
     start, not one call per child; each text is child_text's."""
-    import graphwright.stages.report.llm as report_llm
     from graphwright.stages.report.llm import child_text, child_texts
 
     long = {"title": "Harbor", "summary": "word " * 400, "findings": json.dumps([{"summary": "a finding"}])}
@@ -551,7 +550,7 @@ def test_a_parents_child_reports_are_tokenized_in_one_batch_as_each_alone(server
 
     batches, real = [], tokens.whole_spans
     monkeypatch.setattr(tokens, "whole_spans", lambda texts: batches.append(len(texts)) or real(texts))
-    monkeypatch.setattr(report_llm, "truncate_tokens", lambda *a: pytest.fail("a child report tokenized alone"))
+    monkeypatch.setattr(tokens, "token_spans", lambda *a: pytest.fail("a child report tokenized alone"))
     cfg = config(server)
     run([corpus], tmp_path / "index", cfg)
     plans = plans_of(IndexStore(tmp_path / "index"), cfg)

@@ -397,5 +397,6 @@ def test_a_data_file_gone_from_s3_is_named_as_missing(s3, prefix):
     (path, _), = data_files(store, "runs")
     assert read_data_file(store, "runs", path, ["run_id"]).column("run_id").to_pylist() == ["run-1"]
     s3.client.delete_object(Bucket=BUCKET, Key=f"{prefix.removeprefix(f's3://{BUCKET}/')}/tables/runs/{path}")
-    with pytest.raises(DataFileMissing, match=rf"table runs of {prefix} cannot be read: its data file {path} is missing"):
+    with pytest.raises(DataFileMissing, match=rf"table runs of {prefix} cannot be read: its data file {path} is missing") as gone:
         read_data_file(store, "runs", path, ["run_id"])
+    assert str(gone.value).count("its data file") == 1

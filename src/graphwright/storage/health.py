@@ -61,7 +61,8 @@ def data_file_error(root, table: str, path: str, exc: BaseException) -> StorageE
     from obstore.exceptions import NotFoundError  # obstore's errors are not OSErrors
 
     missing = isinstance(exc, (FileNotFoundError, NotFoundError))
-    reason = f"its data file {path.rsplit('/', 1)[-1]} is {'missing' if missing else 'unreadable'} ({first_line(exc)})"
+    name, said = path.rsplit("/", 1)[-1], first_line(exc)
+    reason = said if said.startswith("its data file") else f"its data file {name} is {'missing' if missing else 'unreadable'} ({said})"
     error = table_error(root, table, None, reason)
     return DataFileMissing(str(error), table=table) if missing else error
 

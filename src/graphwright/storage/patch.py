@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
-from obstore.exceptions import BaseError as ObjectStoreError
 
 from graphwright.storage import contracts, location
 from graphwright.storage.diff import key_column, row_digests
@@ -94,6 +93,8 @@ def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
     is read as nulls). Local files are read in place; an object store's, in one get. A file that
     is missing or cannot be read raises StorageError naming the table and the file (DataFileMissing,
     a FileNotFoundError too, when it is gone)."""
+    from obstore.exceptions import BaseError as ObjectStoreError
+
     try:
         if store.is_remote:
             import obstore
@@ -104,13 +105,13 @@ def read_data_file(store, name: str, path: str, columns: list[str]) -> pa.Table:
             source = pq.ParquetFile(Path(store.path(name)) / path)
         have = set(source.schema_arrow.names)
         table = source.read(columns=[c for c in columns if c in have])
-        schema = contracts.schema(name).arrow
-        for c in columns:
-            if c not in have:
-                table = table.append_column(schema.field(c).with_nullable(True), pa.nulls(table.num_rows, schema.field(c).type))
-        return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
     except (OSError, pa.ArrowException, ObjectStoreError) as exc:
         raise data_file_error(store.root, name, path, exc) from exc
+    schema = contracts.schema(name).arrow
+    for c in columns:
+        if c not in have:
+            table = table.append_column(schema.field(c).with_nullable(True), pa.nulls(table.num_rows, schema.field(c).type))
+    return table.select(columns).cast(pa.schema([schema.field(c).with_nullable(True) for c in columns]))
 
 
 def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> dict[str, int]:
