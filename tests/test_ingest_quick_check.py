@@ -51,6 +51,14 @@ def _records(*pairs) -> str:
     return "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in pairs)
 
 
+def _count_parses(monkeypatch) -> list:
+    """The lines ingest's reader parses from now on (its own json module replaced, no other's)."""
+    parsed: list = []
+    monkeypatch.setattr(sources, "json", SimpleNamespace(loads=lambda raw: parsed.append(raw) or json.loads(raw),
+                                                         dumps=json.dumps, JSONDecodeError=json.JSONDecodeError))
+    return parsed
+
+
 def _documents(index) -> list[dict]:
     table = IndexStore(index).read("documents", columns=["doc_id", "source_key", "source", "title", "text", "content_hash", "metadata"])
     return table.sort_by("doc_id").to_pylist()
@@ -122,6 +130,12 @@ EDITS = [
         _touch(c / "d.jsonl", _records(("d2", "Line 2."), ("d1", "Line 1."), ("d0", "Line 0."), ("d4", "Line 4."), ("d7", "7.")), t + 1))),
     ("a known line's key freed again", lambda c, t: _touch(c / "a.jsonl", _records(("a1", "One.")), t)),
     ("a known line repeated", lambda c, t: _touch(c / "d.jsonl", _records(("d0", "Line 0."), ("d1", "Line 1."), ("d1", "Line 1.")), t)),
+    ("keyed by title, metadata from other fields, no newline at the end", lambda c, t: _touch(
+        c / "f.jsonl", json.dumps({"title": "F one", "text": "F text.", "year": 1999}) + "\n"
+        + json.dumps({"id": "f2", "text": "F two.", "metadata": "not a dict", "tags": ["x"]}), t)),
+    ("a line added after the one without a newline", lambda c, t: _touch(
+        c / "f.jsonl", json.dumps({"title": "F one", "text": "F text.", "year": 1999}) + "\n"
+        + json.dumps({"id": "f2", "text": "F two.", "metadata": "not a dict", "tags": ["x"]}) + "\n" + _records(("f3", "F three.")), t)),
     ("a byte-order mark", lambda c, t: _touch(c / "e.jsonl", "\ufeff" + _records(("e1", "E one."), ("e2", "E two.")), t)),
     ("a line put above the byte-order mark", lambda c, t: _touch(
         c / "e.jsonl", _records(("e0", "E zero.")) + "\ufeff" + _records(("e1", "E one."), ("e2", "E two.")), t)),
@@ -149,19 +163,18 @@ def test_quick_check_writes_what_reading_every_file_writes(tmp_path, mirror):
 
 
 def test_in_a_changed_jsonl_file_only_the_lines_that_changed_are_parsed(tmp_path, monkeypatch):
-    """A file of 40 records with one edited, one deleted and one added: the first line (always)
-    and the two new ones are parsed, the other 37 are the indexed rows; the index holds what an
-    ingest reading every line holds."""
+    """A file of 40 records with one edited, one deleted and one added: the two new lines are
+    parsed, the other 38 are the indexed rows; the index holds what an ingest reading every line
+    holds."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     _touch(corpus / "part.jsonl", _records(*((f"r{i}", f"Record {i} of the part.") for i in range(40))), PAST)
     _ingest(corpus, tmp_path / "quick")
-    parsed, loads = [], sources.json.loads
-    monkeypatch.setattr(sources.json, "loads", lambda raw: parsed.append(raw) or loads(raw))
+    parsed = _count_parses(monkeypatch)
     _touch(corpus / "part.jsonl", _records(*((f"r{i}", "Edited." if i == 7 else f"Record {i} of the part.")
                                              for i in range(40) if i != 20), ("r40", "Added.")), PAST + 10)
     m, out = _ingest(corpus, tmp_path / "quick")
-    assert len([p for p in parsed if isinstance(p, str) and p.startswith('{"id"')]) == 3 and m["lines_unread"] == 37
+    assert len(parsed) == 2 and m["lines_unread"] == 38
     assert out["diff"] == {"new": 1, "changed": 1, "unchanged": 38, "deleted": 1, "relabeled": 0}
     _ingest(corpus, tmp_path / "full", quick=False)
     assert _documents(tmp_path / "quick") == _documents(tmp_path / "full")
@@ -176,9 +189,8 @@ def test_a_file_written_just_before_its_ingest_has_its_lines_reused_next_time(tm
     (corpus / "part.jsonl").write_text(_records(*records))  # just written: racy
     m, _ = _ingest(corpus, tmp_path / "index")
     assert m["files_recorded"] == 0
-    parsed, loads = [], sources.json.loads
-    monkeypatch.setattr(sources.json, "loads", lambda raw: parsed.append(raw) or loads(raw))
+    parsed = _count_parses(monkeypatch)
     (corpus / "part.jsonl").write_text(_records(*records, ("r30", "Added.")))
     m, out = _ingest(corpus, tmp_path / "index")
-    assert len([p for p in parsed if isinstance(p, str) and p.startswith('{"id"')]) == 2 and m["lines_unread"] == 29
+    assert len(parsed) == 1 and m["lines_unread"] == 30
     assert out["diff"]["new"] == 1 and out["diff"]["unchanged"] == 30

@@ -60,8 +60,8 @@ def data_file_error(root, table: str, path: str, exc: BaseException) -> StorageE
     """table_error for one of the table's data files that could not be read."""
     from obstore.exceptions import NotFoundError  # obstore's errors are not OSErrors
 
-    missing = isinstance(exc, (FileNotFoundError, NotFoundError))
     name, said = path.rsplit("/", 1)[-1], first_line(exc)
+    missing = isinstance(exc, (FileNotFoundError, NotFoundError)) or said.endswith(" is missing")
     reason = said if said.startswith("its data file") else f"its data file {name} is {'missing' if missing else 'unreadable'} ({said})"
     error = table_error(root, table, None, reason)
     return DataFileMissing(str(error), table=table) if missing else error

@@ -6,8 +6,7 @@ every update (a no-op rerun included); an update now reads only the files that c
 
 In a JSONL file that changed, each line is hashed (line_hash) and a line whose bytes the last
 ingest read into a document still indexed from that file is not parsed either: its document is
-that row. An edit of 24 records in a file of 10,000 (106 MB) parses 25 lines (the first is always
-parsed) instead of 10,000.
+that row. An edit of 24 records in a file of 10,000 (106 MB) parses 24 lines instead of 10,000.
 
 The record (`state/ingest/sources.arrow`: path, size, mtime_ns, doc_id, line_hash) is written
 after the documents are committed and names the `documents` version it describes. Any other
