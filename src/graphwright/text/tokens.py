@@ -32,23 +32,12 @@ WINDOW_CHARS = 1 << 18
 # Where a text can be cut without changing its tokens: the tokenizer (BERT normalizer and
 # pre-tokenizer, then WordPiece within words) never lets a token cross a space or newline, nor
 # start before and end after a punctuation mark (ASCII, or Unicode category P) or a CJK
-# ideograph, each of which is a word of its own. _CUT_AT_PUNCTUATION finds candidates, which
-# _splits checks: the blocks it scans also hold format characters the normalizer deletes (a
-# zero-width joiner joins its neighbours), combining marks it strips, and letters.
+# ideograph, each of which is a word of its own. Of the general and CJK punctuation blocks only
+# the category-P marks are cut before: the blocks also hold format characters the normalizer
+# deletes (a zero-width joiner joins its neighbours), combining marks it strips, and letters.
 _CUT_AT_SPACE = re.compile(r"[ \n]")
-_CUT_AT_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~\u2000-\u206f\u3000-\u303f\u4e00-\u9fff]")
-
-
-def _splits(mark: str) -> bool:
-    return mark.isascii() or "\u4e00" <= mark <= "\u9fff" or unicodedata.category(mark).startswith("P")
-
-
-def _punctuation(text: str, start: int, end: int | None = None) -> int | None:
-    """Where the first mark in text[start:end] that a cut may go before is, if any."""
-    for found in _CUT_AT_PUNCTUATION.finditer(text, start, len(text) if end is None else end):
-        if _splits(found.group()):
-            return found.start()
-    return None
+_MARKS = "".join(c for c in map(chr, [*range(0x2000, 0x2070), *range(0x3000, 0x3040)]) if unicodedata.category(c).startswith("P"))
+_CUT_AT_PUNCTUATION = re.compile(rf"[!-/:-@\[-`{{-~{re.escape(_MARKS)}\u4e00-\u9fff]")
 
 
 def token_windows(text: str, window_chars: int = WINDOW_CHARS) -> Iterator[list[tuple[int, int]]]:
@@ -80,15 +69,12 @@ def _cut(text: str, at: int, window_chars: int) -> int:
     a space or newline, else (text without spaces for a window) before a punctuation mark."""
     if at >= len(text):
         return len(text)
-    found = _CUT_AT_SPACE.search(text, at, at + window_chars)
-    if found:
-        return found.start()
-    mark = _punctuation(text, at, at + window_chars)
-    if mark is not None:
-        return mark
-    found = _CUT_AT_SPACE.search(text, at)
-    mark = _punctuation(text, at) if found is None else None
-    return found.start() if found else mark if mark is not None else len(text)
+    for pattern in (_CUT_AT_SPACE, _CUT_AT_PUNCTUATION):
+        found = pattern.search(text, at, at + window_chars)
+        if found:
+            return found.start()
+    found = _CUT_AT_SPACE.search(text, at) or _CUT_AT_PUNCTUATION.search(text, at)
+    return found.start() if found else len(text)
 
 
 def count_tokens(texts: list[str]) -> list[int]:
