@@ -81,6 +81,50 @@ def test_graph_sum_is_order_free_and_follows_weights():
     assert graph_sum(h, edges, weights) != graph_sum(h, edges, changed)
 
 
+def _people(src):
+    src.mkdir()
+    people = ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad", "Goran Petrov",
+              "Hana Ito", "Ivo Lind"]
+    for d in range(8):
+        (src / f"d{d}.txt").write_text(" ".join(f"{people[(d + i) % 9]} met {people[(d + 2 * i + 1) % 9]} in Port Elling."
+                                                for i in range(4)))
+    return src
+
+
+@pytest.mark.parametrize("edit", [False, True])
+def test_changed_cluster_settings_cluster_in_full_as_a_fresh_build_would(tmp_path, edit):
+    """The state and the graph hash say which graph was clustered, not under which settings: a
+    run under others (here a higher resolution, with or without a changed document) must not
+    keep the old hierarchy."""
+    import json
+
+    from graphwright.config import load_config
+    from graphwright.pipeline.runner import run_index
+    from graphwright.storage.delta import IndexStore
+
+    def run(index, resolution):
+        config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 32},
+                                        "cluster": {"max_cluster_size": 3, "resolution": resolution}})
+        summary = run_index([str(src)], index, config, show_progress=False, log=lambda m: None)
+        store = IndexStore(index)
+        rows = store.read("communities", columns=["level", "entity_ids"]).to_pylist()
+        details = json.loads(store.read("stage_metrics", where=f"run_id = '{summary['run_id']}' AND stage = 'cluster'")
+                             .to_pylist()[0]["details"])
+        return sorted((r["level"], tuple(sorted(r["entity_ids"]))) for r in rows), details
+
+    src = _people(tmp_path / "src")
+    before, _ = run(tmp_path / "index", 1.0)
+    assert len(before) == 1  # one community of every entity
+    if edit:
+        (src / "d0.txt").write_text("Hana Ito wrote to Ivo Lind near Kestrel Island. Ivo Lind thanked Hana Ito.")
+    after, details = run(tmp_path / "index", 3.0)
+    assert details["incremental"] is False and not details.get("skipped")
+    assert after == run(tmp_path / "fresh", 3.0)[0] and len(after) > 1
+    # the next update under the same settings is incremental again
+    (src / "d9.txt").write_text("Jonas Berg met Alice Moreau in Amberfield.")
+    assert run(tmp_path / "index", 3.0)[1]["incremental"] is True
+
+
 def test_patched_communities_table_stays_consistent_with_the_graph(tmp_path):
     import json
 
@@ -90,13 +134,7 @@ def test_patched_communities_table_stays_consistent_with_the_graph(tmp_path):
 
     config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 32},
                                     "ingest": {"max_delete_fraction": 1.0}, "cluster": {"max_cluster_size": 3}})
-    src = tmp_path / "src"
-    src.mkdir()
-    people = ["Alice Moreau", "Bruno Keller", "Chidi Okafor", "Dana Whitfield", "Emil Novak", "Farah Haddad", "Goran Petrov",
-              "Hana Ito", "Ivo Lind"]
-    for d in range(8):
-        (src / f"d{d}.txt").write_text(" ".join(f"{people[(d + i) % 9]} met {people[(d + 2 * i + 1) % 9]} in Port Elling."
-                                                for i in range(4)))
+    src = _people(tmp_path / "src")
     run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
     (src / "d0.txt").write_text("Hana Ito wrote to Ivo Lind near Kestrel Island. Ivo Lind thanked Hana Ito.")
     (src / "d9.txt").write_text("Jonas Berg met Alice Moreau in Amberfield.")

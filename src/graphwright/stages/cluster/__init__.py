@@ -11,7 +11,7 @@ from graphwright.pipeline.stage import Stage, Where
 from graphwright.engines.graph import make_engine
 from graphwright.stages.cluster.communities import ChunkLists, cluster_parts
 from graphwright.stages.cluster.incremental import graph_digest, graph_sum
-from graphwright.stages.cluster.update import cluster_update, current_graph, prepare, rewrite_layout, save_state
+from graphwright.stages.cluster.update import cluster_update, current_graph, prepare, rewrite_layout, save_state, settings_changed
 from graphwright.stages.resolve.pair_cache import stable_hashes
 from graphwright.storage.memo import StageMemo
 from graphwright.storage.patch import retired_columns
@@ -48,7 +48,8 @@ def _cluster(run, m: dict) -> dict:
         total = graph_sum(stable_hashes(entity_ids), edges, weights)
         previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_digest(total)
-        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed:
+        same_settings = not settings_changed(store, cfg)  # the graph hash does not say which settings clustered it
+        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed and same_settings:
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
@@ -56,7 +57,7 @@ def _cluster(run, m: dict) -> dict:
             parts = cluster_parts(entities, relationships, cfg, engine=engine, previous=previous, workers=workers,
                                   usage=usage, hashed=hashed, chunks=chunks)
             diff = store.replace_parts_if_changed("communities", parts)
-        save_state(store, entity_ids, edges, weights, total)
+        save_state(store, entity_ids, edges, weights, total, cfg)
     m.update(usage)
     if diff.get("seconds"):  # the update path's steps
         m["seconds"] = diff.pop("seconds")

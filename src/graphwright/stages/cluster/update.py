@@ -32,6 +32,14 @@ STATE = "state/cluster"
 # stage, and at 428k edges costs about what the process saves.
 FRESH_PROCESS_EDGES = 100_000
 COLD_PROCESS_EDGES = 1_000_000
+# the settings a fresh clustering of the same graph depends on: the state (and the communities it
+# describes) were made with them, so an update under others clusters in full
+PARTITION_SETTINGS = ("engine", "max_cluster_size", "resolution", "seed", "n_iterations", "max_levels")
+
+
+def settings_id(config) -> str:
+    """A hash of the cluster settings that decide the partition (PARTITION_SETTINGS)."""
+    return ids.stable_id("cluster-settings", json.dumps({k: getattr(config, k) for k in PARTITION_SETTINGS}, sort_keys=True))
 
 
 def current_graph(store) -> tuple[list[str], np.ndarray, np.ndarray, pa.Table]:
@@ -56,18 +64,33 @@ def entities_rewritten(store, since: int | None, entity_ids: list[str]) -> np.nd
     return out
 
 
-def save_state(store, entity_ids, edges, weights, total: int) -> None:
+def save_state(store, entity_ids, edges, weights, total: int, config) -> None:
     store.files.write_arrays(f"{STATE}/graph.npz", edges=edges.astype(np.int32), weights=weights)
     store.files.write_table(f"{STATE}/entities.arrow", pa.table({"entity_id": pa.array(entity_ids, pa.string())}))
-    note = {"communities": store.version("communities"), "entities": store.version("entities"), "total": str(total)}
+    note = {"communities": store.version("communities"), "entities": store.version("entities"), "total": str(total),
+            "settings": settings_id(config)}
     store.files.write_bytes(f"{STATE}/state.json", json.dumps(note).encode())
 
 
-def load_state(store) -> dict | None:
+def settings_changed(store, config) -> bool:
+    """Whether the communities were made under other partition settings than `config`'s (as the
+    state records them; False where no state says)."""
+    try:
+        made_with = json.loads(store.files.read_bytes(f"{STATE}/state.json")).get("settings")
+    except Exception:  # noqa: BLE001 - no state: nothing known
+        return False
+    return made_with is not None and made_with != settings_id(config)
+
+
+def load_state(store, config) -> dict | None:
     try:
         note = json.loads(store.files.read_bytes(f"{STATE}/state.json"))
         if note["communities"] != store.version("communities"):
             return None  # the communities were written by something else since
+        if note.get("settings", settings_id(config)) != settings_id(config):
+            # made under other settings: a fresh clustering differs (a state from before they were
+            # recorded is taken as made under these: clustering again would rewrite every report)
+            return None
         arrays = store.files.read_arrays(f"{STATE}/graph.npz")
         arrays["entity_ids"] = store.files.read_table(f"{STATE}/entities.arrow").column("entity_id").combine_chunks()
         arrays["total"] = int(note["total"])
@@ -110,7 +133,7 @@ def rewrite_layout(store, entity_ids: list[str]) -> dict:
 def cluster_update(store, config, engine, workers: int, usage: dict, graph=None) -> dict | None:
     """Re-cluster where the graph changed and patch the communities table; None when there is no
     usable state (the caller clusters in full)."""
-    old = load_state(store)
+    old = load_state(store, config)
     if old is None:
         return None
     entity_ids, edges, weights, relationships = graph or current_graph(store)
@@ -200,7 +223,7 @@ def _update(store, config, engine, workers, usage, old, entity_ids, edges, weigh
     laps.lap("levels_and_rows_s")  # the re-partitioned units, the quality check and the rows, side by side
     diff = patch_table(store, "communities", rows["removed"], rows["parts"])
     laps.lap("write_s")
-    save_state(store, entity_ids, edges, weights, total)
+    save_state(store, entity_ids, edges, weights, total, config)
     laps.lap("save_state_s")
     return {**diff, **stats, "rebuilt": rows["rebuilt"], "kept": rows["communities"] - rows["rebuilt"],
             "touched_entities": int(touched.sum()), "changed_edges": int(len(changed_new) + len(changed_old)),
