@@ -649,7 +649,7 @@ def test_a_refused_commit_or_a_failed_deletion_leaves_no_file_in_the_table(tmp_p
         raise RuntimeError("killed before the commit")
 
     with monkeypatch.context() as m:
-        m.setattr(patch, "_commit", fails)
+        m.setattr(patch, "commit_files", fails)
         with pytest.raises(RuntimeError):
             patch.delete_matching(store, "embeddings", "item_id", ["a"], where={"kind": "chunk", "model": "m"})
     assert on_disk("embeddings") == before

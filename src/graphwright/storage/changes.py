@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphwright.storage import contracts
-from graphwright.storage.patch import DELETED_KEYS, MOVED_FROM, read_data_file
+from graphwright.storage.file_commits import DELETED_KEYS, MOVED_FROM
+from graphwright.storage.patch import read_data_file
 
 
 @dataclass

@@ -5,17 +5,13 @@ replaces the rows of some keys by rewriting only the files that hold them, in on
 knows which keys changed (resolve, cluster, report) hands them here instead. Files that hold none
 of the keys stay as they are: they are neither read beyond their key column nor rewritten. A file
 that holds some is rewritten without them. The new rows go to new files. A patch killed before its
-commit changes nothing; rerun, it removes the same keys and adds the same rows."""
+commit changes nothing; rerun, it removes the same keys and adds the same rows. Where another
+writer removed a file it rewrote (a compaction, a deletion) between the listing and the commit, the
+commit is refused (storage.file_commits) and the rewrite made again from the new version."""
 
 from __future__ import annotations
 
 import io
-import itertools
-import json
-import re
-import tempfile
-import time
-import uuid
 from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -24,26 +20,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, RemoveAction
 
 from graphwright.storage import contracts, location
 from graphwright.storage.diff import key_column, row_digests
+from graphwright.storage.file_commits import NewFiles, commit_files
 from graphwright.storage.health import data_file_error
-from graphwright.storage.log_retention import KEEP_LOG
 from graphwright.storage.parquet_files import write_parquet
 
-
-SAFE_PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
 MOVED_FILE_BYTES = 256 << 20  # Arrow bytes of kept rows delete_matching writes to one file
-DELETED_KEYS = "graphwright.deleted"  # the commitInfo field of a patch's deleted keys
-DELETED_KEYS_NAMED = 100_000  # at most this many in one commit (about 2 MB of JSON); past it, readers read the files' keys
-MOVED_FROM = "graphwright.moved"  # the commitInfo field of a deletion's moved files: where their rows came from
 MOVED_FROM_NAMED = 200_000  # at most this many left-out row positions in one commit; past it, none are named
 # up to about this many slices (runs of kept rows), a rewritten file's rows are sliced, not filtered:
 # the Parquet writer pays about 50 us a slice (a 284 MB file of 23k slices: 1.8-2.2 s to write against 0.8 s)
 KEPT_RUNS_SLICED = 5_000
+# a patch or deletion whose rewritten files another writer removed meanwhile (a compaction, a
+# deletion) is made again from the table's new version, this many times at most
+COMMIT_ATTEMPTS = 3
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -51,9 +43,9 @@ def data_files(store, name: str) -> list[tuple[str, int]]:
     return [(path, rows) for path, rows, _ in _data_files(store, name)]
 
 
-def _data_files(store, name: str) -> list[tuple[str, int, dict[str, str]]]:
-    """data_files, with each file's partition values."""
-    dt = store._table(name)
+def _data_files(store, name: str, dt=None) -> list[tuple[str, int, dict[str, str]]]:
+    """data_files, with each file's partition values (of snapshot `dt`, if given)."""
+    dt = dt if dt is not None else store._table(name)
     if dt is None:
         return []
     actions = pa.table(dt.get_add_actions(flatten=True))
@@ -127,7 +119,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
     # two tasks at a time, each mostly Arrow's work off the GIL: the new rows' files are written
     # while the next part is made and while the old files are rewritten (at 1.2M chunks, a 0.1%
     # update's entity rows are 330 MB of chunk lists, written beside the rewrite of the file that held them)
-    with _NewFiles(store, name) as new_files, ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool:
+    with NewFiles(store, name) as new_files, ThreadPoolExecutor(2, thread_name_prefix=f"patch-{name}") as pool:
         adds: list[tuple[str, str, int]] = []
         writes: list[Future] = []
         keys = [pa.array(removed_keys, pa.string()) if not isinstance(removed_keys, pa.Array) else removed_keys.cast(pa.string())]
@@ -147,9 +139,6 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
         added = pa.concat_arrays(keys[1:]) if len(keys) > 1 else pa.array([], pa.string())  # the parts' keys
         if stats["rows_added"] and pc.count_distinct(added).as_py() != stats["rows_added"]:
             raise contracts.SchemaError(f"table {name}: the rows of a patch repeat a primary key {list(key)}")
-        removes: list[str] = []
-        moved: list[tuple[str, str, int]] = []  # rows copied unchanged from the files rewritten
-        hit_keys: list[pa.Array] = [pa.array([], pa.string())]
 
         def rewrite(path: str) -> tuple[str, pa.Array, tuple[str, str, int] | None]:
             """(path, the keys of its rows removed, its kept rows' new file) for one data file."""
@@ -163,27 +152,42 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
             return path, removed, (relative, local, kept.num_rows)
 
-        if len(touched) and store.exists(name):
-            # (a 0.1% update at 1.2M chunks rewrites all three files of the relationships table)
-            files = [path for path, _ in data_files(store, name)]
-            for path, removed, kept in pool.map(rewrite, files):
-                if not len(removed):
-                    stats["files_kept"] += 1
-                    continue
-                stats["files_rewritten"] += 1
-                stats["rows_removed"] += len(removed)
-                removes.append(path)
-                hit_keys.append(removed)
-                if kept is not None:
-                    moved.append(kept)
-        for done in writes:
-            done.result()
-        stats["files_added"] = len(adds) + len(moved)
-        if adds or moved or removes or not store.exists(name):
+        for attempt in range(COMMIT_ATTEMPTS):  # again from the new version if another writer removed a file rewritten
+            mark = len(new_files.written)
+            stats.update(files_rewritten=0, files_kept=0, rows_removed=0)
+            removes: list[str] = []
+            moved: list[tuple[str, str, int]] = []  # rows copied unchanged from the files rewritten
+            hit_keys: list[pa.Array] = [pa.array([], pa.string())]
+            listed = store._table(name)  # the version whose files are rewritten (None: no table yet)
+            if len(touched) and listed is not None:
+                # (a 0.1% update at 1.2M chunks rewrites all three files of the relationships table)
+                files = [path for path, _, _ in _data_files(store, name, listed)]
+                for path, removed, kept in pool.map(rewrite, files):
+                    if not len(removed):
+                        stats["files_kept"] += 1
+                        continue
+                    stats["files_rewritten"] += 1
+                    stats["rows_removed"] += len(removed)
+                    removes.append(path)
+                    hit_keys.append(removed)
+                    if kept is not None:
+                        moved.append(kept)
+            for done in writes:
+                done.result()
+            stats["files_added"] = len(adds) + len(moved)
+            if not (adds or moved or removes or listed is None):
+                break
             gone = pa.concat_arrays(hit_keys)
             gone = gone.filter(pc.invert(pc.is_in(gone, value_set=added)))
             store._writing(name)
-            _commit(store, store.ensure(name), name, new_files, adds, removes, moved, deleted=(key, gone) if len(key) == 1 else None)
+            try:
+                commit_files(store, store.ensure(name), name, new_files, adds, removes, moved,
+                        deleted=(key, gone) if len(key) == 1 else None, listed=listed)
+                break
+            except CommitFailedError:  # ConcurrentRewrite, or delta-rs's own conflict check
+                if attempt + 1 == COMMIT_ATTEMPTS:
+                    raise
+                new_files.discard(mark)
     return stats
 
 
@@ -225,22 +229,25 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
         return 0
     stored = [c for c in schema.arrow.names if c not in schema.partition_by]  # partition values are in the path
     other = {c: v for c, v in where.items() if c not in schema.partition_by}
-    deleted, removes, moved = 0, [], []
-    pending: dict[tuple, list[pa.Table]] = {}  # kept rows per partition, written together
-    sources: dict[tuple, list] = {}  # per partition: [file, its rows, the positions left out] of each pending part
-    moved_from: dict[str, list] = {}
 
-    def flush(partition: dict, new_files: _NewFiles) -> None:
-        kept = pa.concat_tables(pending.pop(tuple(partition.items())))
-        if kept.num_columns and kept.column(0).num_chunks > KEPT_RUNS_SLICED:  # many files' slices: one copy writes faster
-            kept = kept.combine_chunks()
-        relative, local = new_files.new(partition)
-        write_parquet(kept, local)
-        moved.append((relative, local, kept.num_rows, partition))
-        moved_from[relative] = sources.pop(tuple(partition.items()), None)
+    def rewrite(listed, new_files: NewFiles) -> tuple[int, list[str], list[tuple], dict[str, list]]:
+        """(rows deleted, the files removed, the files of moved rows, where those rows came from) of
+        the files of snapshot `listed`."""
+        deleted, removes, moved = 0, [], []
+        pending: dict[tuple, list[pa.Table]] = {}  # kept rows per partition, written together
+        sources: dict[tuple, list] = {}  # per partition: [file, its rows, the positions left out] of each pending part
+        moved_from: dict[str, list] = {}
 
-    with _NewFiles(store, name) as new_files:
-        for path, _, partition in _data_files(store, name):
+        def flush(partition: dict) -> None:
+            kept = pa.concat_tables(pending.pop(tuple(partition.items())))
+            if kept.num_columns and kept.column(0).num_chunks > KEPT_RUNS_SLICED:  # many files' slices: one copy writes faster
+                kept = kept.combine_chunks()
+            relative, local = new_files.new(partition)
+            write_parquet(kept, local)
+            moved.append((relative, local, kept.num_rows, partition))
+            moved_from[relative] = sources.pop(tuple(partition.items()), None)
+
+        for path, _, partition in _data_files(store, name, listed):
             if any(partition.get(c) != v for c, v in where.items() if c in schema.partition_by):
                 continue
             if known is not None and path in known and not pc.any(pc.is_in(known[path], value_set=value_set)).as_py():
@@ -266,14 +273,27 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
                     sources.setdefault(tuple(partition.items()), []).append(
                         [path, len(hit), np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist()])
                 if sum(t.nbytes for t in group) >= MOVED_FILE_BYTES:
-                    flush(partition, new_files)
+                    flush(partition)
         for key in list(pending):
-            flush(dict(key), new_files)
-        if removes:
+            flush(dict(key))
+        return deleted, removes, moved, moved_from
+
+    with NewFiles(store, name) as new_files:
+        for attempt in range(COMMIT_ATTEMPTS):  # again from the new version if another writer removed a file rewritten
+            mark, listed = len(new_files.written), store._table(name)
+            deleted, removes, moved, moved_from = rewrite(listed, new_files)
+            if not removes:
+                break
             store._writing(name)
             named = sum(len(left_out) for parts in moved_from.values() for _, _, left_out in parts or ())
-            _commit(store, store.ensure(name), name, new_files, [], removes, moved,
-                    moved_from=moved_from if record_moves and named <= MOVED_FROM_NAMED else None)
+            try:
+                commit_files(store, store.ensure(name), name, new_files, [], removes, moved,
+                        moved_from=moved_from if record_moves and named <= MOVED_FROM_NAMED else None, listed=listed)
+                break
+            except CommitFailedError:  # ConcurrentRewrite, or delta-rs's own conflict check
+                if attempt + 1 == COMMIT_ATTEMPTS:
+                    raise
+                new_files.discard(mark)
     return deleted
 
 
@@ -296,79 +316,3 @@ def patch_changed(store, name: str, table: pa.Table, current: pa.Table | None = 
     if exists and not pc.any(changed).as_py() and not len(removed):
         return {"rows_added": 0, "rows_removed": 0, "keys_removed": 0}
     return {**patch_table(store, name, removed, [table.filter(changed)]), "keys_removed": len(removed)}
-
-
-class _NewFiles:
-    """The data files one commit adds: `new(partition values)` gives (its path in the table, where
-    to write it now). A local table's are written straight into its folder under the names the
-    commit gives them, so the commit copies nothing (putting them from a temporary folder copied
-    the 481 MB a 0.1% update at 1.2M chunks writes to the entities: 0.78 s). Until the commit no
-    version lists them: leaving the `with` by an error before the commit, or a commit refused,
-    removes them; a process killed before its commit leaves them unlisted in the folder, as a
-    killed Delta writer does (readers never see them; retention deletes them: storage.orphans).
-    An object store's, and those of a table not made yet, are written to a temporary
-    folder and put by the commit."""
-
-    def __init__(self, store, name: str):
-        self.name, self.batch, self.count, self.written = name, uuid.uuid4().hex, itertools.count(), []
-        self.direct = not store.is_remote and store.exists(name)
-        self._folder = None if self.direct else tempfile.TemporaryDirectory(prefix=f"graphwright-patch-{name}-")
-        self.root = Path(store.path(name)) if self.direct else Path(self._folder.name)
-        self.committing = False  # from the commit's start: the files may then be the table's
-
-    def new(self, partition: dict[str, str] | None = None) -> tuple[str, str]:
-        values = partition or {}
-        if any(not SAFE_PARTITION_VALUE.fullmatch(v) for v in values.values()):
-            raise ValueError(f"table {self.name}: partition value {values} needs escaping in a file path, which _commit does not do")
-        relative = "".join(f"{c}={v}/" for c, v in values.items()) + f"part-{next(self.count):05d}-{self.batch}.parquet"
-        where = self.root / relative
-        where.parent.mkdir(parents=True, exist_ok=True)
-        self.written.append(where)
-        return relative, str(where)
-
-    def __enter__(self) -> _NewFiles:
-        return self
-
-    def __exit__(self, kind, error, trace) -> bool:
-        if self._folder is not None:
-            self._folder.cleanup()
-        elif error is not None and not self.committing:
-            for where in self.written:
-                where.unlink(missing_ok=True)
-        return False
-
-
-def _commit(store, dt, name: str, new_files: _NewFiles, adds: list[tuple[str, str, int]], removes: list[str],
-            moved: list[tuple] = (), deleted: tuple[tuple[str], pa.Array] | None = None,
-            moved_from: dict[str, list] | None = None) -> None:
-    """One Delta commit: remove `removes` (paths in the table), add the files `adds` and `moved`
-    ((path in the table, where `new_files` put it, rows[, partition values])). The rows of `moved`
-    are rows of `removes` copied unchanged, so they are added with dataChange false, as a
-    compaction adds its files: a reader of the changes (storage.changes) reads only their keys.
-    `deleted`: (key column, the keys the commit leaves without a row), named in its commitInfo
-    (up to DELETED_KEYS_NAMED of them), so that a reader of the changes reads no key column of the
-    files it removed and moved. `moved_from`: delete_matching's MOVED_FROM, named there too."""
-    import obstore
-
-    table_files, actions = location.open_store(store.path(name), store.storage_options), []
-    now = int(time.time() * 1000)
-    for path in removes:
-        actions.append(RemoveAction(path, True, now))
-    for (relative, local, rows, *partition), change in [(f, True) for f in adds] + [(f, False) for f in moved]:
-        if not new_files.direct:
-            obstore.put(table_files, relative, Path(local))
-        actions.append(AddAction(relative, Path(local).stat().st_size, partition[0] if partition else {}, now, change,
-                                 json.dumps({"numRecords": rows})))
-    named = {}
-    if deleted is not None and len(deleted[1]) <= DELETED_KEYS_NAMED:
-        named[DELETED_KEYS] = {"key": deleted[0][0], "values": pc.unique(deleted[1]).to_pylist()}
-    if moved_from:
-        named[MOVED_FROM] = moved_from
-    new_files.committing = True
-    try:
-        dt.create_write_transaction(actions, mode="append", schema=contracts.schema(name).arrow,
-                                    commit_properties=CommitProperties(custom_metadata=named) if named else None,
-                                    post_commithook_properties=KEEP_LOG)
-    except CommitFailedError:
-        new_files.committing = False  # refused (a conflicting writer): no version lists the files
-        raise
