@@ -345,7 +345,7 @@ def _planned_from_rows(server, corpus, tmp_path):
         return {r["chunk_id"]: r["text"] for r in store.rows_in("chunks", "chunk_id", wanted, ["chunk_id", "text"]).to_pylist()}
 
     return cfg, store, communities, (ent, rel, chunk_text), plan_reports(communities, ent, rel, chunk_text, cfg.report,
-                                                                         cfg.llm.model, lineage=lineage_of(ent, rel))
+                                                                         cfg.llm.model, lineage=lineage_of(ent, rel), answer=cfg.llm.answer_settings())
 
 
 @pytest.mark.parametrize("rows", ["dicts", "row maps"])
@@ -362,7 +362,8 @@ def test_members_the_rows_lack_are_left_out_of_the_plans(server, corpus, tmp_pat
         rel = RowMap(pa.Table.from_pylist(list(rel.values())), "relationship_id")
     widened = [c | {"entity_ids": [*c["entity_ids"], "e-gone"], "relationship_ids": ["r-gone", *c["relationship_ids"]]}
                if i % 2 else c for i, c in enumerate(communities)]
-    plans = plan_reports(widened, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel))
+    plans = plan_reports(widened, ent, rel, chunk_text, cfg.report, cfg.llm.model, lineage=lineage_of(ent, rel),
+                         answer=cfg.llm.answer_settings())
     assert {c: (p.input_hash, p.tokens, p.chunks) for c, p in plans.items()} == \
         {c: (p.input_hash, p.tokens, p.chunks) for c, p in full.items()}
 
@@ -654,7 +655,8 @@ def test_plans_read_the_chunk_lists_of_only_the_communities_that_take_text_units
         assert {e for name, wanted in asked if name == "entities" for e in wanted} <= members
         assert {c: (p.input_hash, p.rating, p.chunks) for c, p in plans.items()} == \
             {c: (p.input_hash, p.rating, p.chunks) for c, p in
-             plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, fixed=fixing).items()}
+             plan_reports(communities, ent, rel, chunk_text, cfg.report, cfg.llm.model, fixed=fixing,
+                          answer=cfg.llm.answer_settings()).items()}
     planned = {e for c in communities if c["community_id"] not in fixed and c["community_id"] in plans for e in c["entity_ids"]}
     assert len(members) < len(planned), "the planned parents' members are read"
 
@@ -694,3 +696,42 @@ def test_an_update_makes_python_rows_only_of_the_communities_it_plans(server, co
     full = LLMReports(store, cfg.report, cfg.llm, store.read("communities").to_pylist()).plans
     assert {r["community_id"]: r["input_hash"] for r in store.read("community_reports").to_pylist()} == \
         {c: p.input_hash for c, p in full.items()}
+
+
+def test_a_report_reused_for_rows_with_other_ids_cites_the_ids_its_plan_numbers_them_by():
+    """A plan hashes its rows' texts, not their ids: a moved file's chunks, or another community's
+    members with the same texts, give the same input hash. The report reused for it keeps its text
+    and cites the rows of this plan."""
+    from types import SimpleNamespace
+
+    from graphwright.stages.report.llm import generator
+    from graphwright.stages.report.schedule import write_reports
+
+    def plan(cid, entities, chunks):
+        return Plan(cid, 0, "same-hash", [(e, f"{e[-1]}|{t}") for e, t in zip(entities, ("Mara Voss", "Tobias Reed"))], [],
+                    [(c, t) for c, t in zip(chunks, ("the harbor fees rose", "the council met"))], [], rating=1.0)
+
+    llm = SimpleNamespace(model="fake-model")
+    old = {"community_id": "c-old", "level": 0, "input_hash": "same-hash", "generator": generator("fake-model"),
+           "title": "Harbor", "summary": "Mara Voss raised the fees [Data: Entities (1); Sources (2)].", "rating": 3.0,
+           "rating_explanation": "", "findings": json.dumps([{"summary": "Reed", "explanation": "He met [Data: Entities (2)]."}]),
+           "full_content": "", "entity_ids": ["e-old-1", "e-old-2"], "relationship_ids": [], "chunk_ids": ["ch-old-2"],
+           "sub_community_ids": []}
+    plans = {"c-new": plan("c-new", ["e-new-1", "e-new-2"], ["ch-new-1", "ch-new-2"])}
+    rows, _, stats = write_reports(plans, ["c-new"], {"same-hash": old}, lambda keys: {}, None, None,
+                                   SimpleNamespace(child_report_tokens=60), llm)
+    assert stats["reused"] == 1
+    row = rows["c-new"]
+    assert row["summary"] == old["summary"] and row["community_id"] == "c-new"
+    assert row["entity_ids"] == ["e-new-1", "e-new-2"] and row["chunk_ids"] == ["ch-new-2"]
+
+
+def test_reports_written_under_other_llm_answer_settings_are_not_reused(server, corpus, tmp_path):
+    cfg = config(server)
+    run([corpus], tmp_path / "index", cfg)
+    before = {r["community_id"]: r["input_hash"] for r in IndexStore(tmp_path / "index").read("community_reports").to_pylist()}
+    hotter = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"temperature": 0.7})})
+    summary = run([corpus], tmp_path / "index", hotter)
+    assert summary["recomputed"]["reports_reused"] == 0 and summary["recomputed"]["reports_built"] == len(before)
+    after = {r["community_id"]: r["input_hash"] for r in IndexStore(tmp_path / "index").read("community_reports").to_pylist()}
+    assert after.keys() == before.keys() and all(after[c] != before[c] for c in before)

@@ -79,6 +79,7 @@ class Plan:
     rating: float  # used when the model gives none: 2.5 x log2(1 + supporting chunks), capped at 10
     tokens: int = 0  # the context's size as planned
     needs: list[str] = field(default_factory=list)  # = children: reports to write before this one
+    planned: bool = True  # False: only names the input hash its kept report was written with (plan_reports' `fixed`)
 
 
 def entity_row(e: dict) -> str:
@@ -143,7 +144,7 @@ class _Costs:
 
 def plan_reports(communities: list[dict], ent: Mapping, rel: Mapping, chunk_text: Callable[[set[str]], dict[str, str]], config,
                  model: str, known: RowTokens | None = None, fixed: dict[str, str] | None = None,
-                 lineage: Lineage | None = None) -> dict[str, Plan]:
+                 lineage: Lineage | None = None, answer: str = "") -> dict[str, Plan]:
     """A plan per community of at least `min_size` entities among `communities` (which must
     include the children of every community to plan, and their descendants unless `fixed`).
     `ent`/`rel` need name, type (entities), source, target (relationships), description, degree
@@ -155,7 +156,9 @@ def plan_reports(communities: list[dict], ent: Mapping, rel: Mapping, chunk_text
     can take some. `known`: token counts of row texts from earlier runs (row_tokens); the plans
     are the same without it. `fixed`: {community id: input hash} of communities whose inputs did
     not change (report.stale), given a plan that only names that hash: their reports are reused
-    as they are, and neither their rows nor their descendants are needed."""
+    as they are, and neither their rows nor their descendants are needed. `answer`: the LLM
+    settings an answer depends on beside the prompt (LLMConfig.answer_settings), part of every
+    input hash: a report written under other ones is not reused."""
     fixed = fixed or {}
     eligible = {c["community_id"]: c for c in communities if c["size"] >= config.min_size}
     e_text, r_text = {}, {}
@@ -190,7 +193,8 @@ def plan_reports(communities: list[dict], ent: Mapping, rel: Mapping, chunk_text
     plans: dict[str, Plan] = {}
     for c in order:
         if c["community_id"] in fixed:
-            plans[c["community_id"]] = Plan(c["community_id"], c["level"], fixed[c["community_id"]], [], [], [], [], rating=0.0)
+            plans[c["community_id"]] = Plan(c["community_id"], c["level"], fixed[c["community_id"]], [], [], [], [], rating=0.0,
+                                            planned=False)
             continue
         keep_e, keep_r, children, room = rows[c["community_id"]]
         chunks: list[str] = []
@@ -199,7 +203,7 @@ def plan_reports(communities: list[dict], ent: Mapping, rel: Mapping, chunk_text
                 chunks.append(ch)
                 room -= c_cost[ch]
         plans[c["community_id"]] = _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost,
-                                         entity_text, relationship_text, c_text, config, gen)
+                                         entity_text, relationship_text, c_text, config, gen, answer)
     if known is not None:  # by id, for the next run: what each row costed, without its +2
         for table, costs in (("entities", e_cost), ("relationships", r_cost)):
             known.note_ids(table, {i: n - 2 for i, n in costs.tokens.items()})
@@ -242,7 +246,8 @@ def _rows(c, eligible, planned, ent, rel, e_cost, r_cost, config, absent: tuple[
     return keep_e, keep_r, children, room
 
 
-def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_text, r_text, c_text, config, gen) -> Plan:
+def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_text, r_text, c_text, config, gen,
+          answer: str) -> Plan:
     share = config.child_report_tokens
     # listed by text, not by rank: a weight that changes without changing what is selected must
     # not change the context (and so trigger a new report)
@@ -254,7 +259,7 @@ def _plan(c, keep_e, keep_r, children, chunks, plans, e_cost, r_cost, c_cost, e_
         "chunks": [t for _, t in chunk_rows], "children": [plans[k].input_hash for k in children],
         "child_report_tokens": share if children else None,
     }
-    input_hash = ids.stable_id("report-input", gen, json.dumps(payload, sort_keys=True, ensure_ascii=False), length=32)
+    input_hash = ids.stable_id("report-input", gen, answer, json.dumps(payload, sort_keys=True, ensure_ascii=False), length=32)
     n_chunks = c["n_chunks"]
     tokens = sum(e_cost.of(keep_e)) + sum(r_cost.of(keep_r)) + share * len(children) + sum(c_cost[ch] for ch in chunks)
     return Plan(c["community_id"], c["level"], input_hash, entities, relationships, chunk_rows, children,
@@ -318,12 +323,7 @@ def report_request(plan: Plan, child_reports: dict[str, dict], config, llm,
                    texts: dict[str, str] | None = None) -> tuple[LLMRequest, dict[str, list[str]]]:
     """The request, and per table the ids its rows are numbered by (row n = ids[n - 1]);
     `texts`: child_texts of (some of) its children, made beforehand."""
-    refs = {
-        "Entities": [e for e, _ in plan.entities],
-        "Relationships": [r for r, _ in plan.relationships],
-        "Sources": [c for c, _ in plan.chunks],
-        "Reports": list(plan.children),
-    }
+    refs = plan_refs(plan)
     sections = [
         ("Entities", "id|entity|type|description", [t for _, t in plan.entities]),
         ("Relationships", "id|source|target|description", [t for _, t in plan.relationships]),
@@ -336,6 +336,23 @@ def report_request(plan: Plan, child_reports: dict[str, dict], config, llm,
     request = LLMRequest(messages=(("system", SYSTEM), ("user", f"Data tables:\n\n{body}\n\nWrite the report as JSON.")),
                          json_schema=SCHEMA, max_tokens=llm.max_tokens, temperature=llm.temperature, prompt_version=PROMPT_VERSION)
     return request, refs
+
+
+def plan_refs(plan: Plan) -> dict[str, list[str]]:
+    """Per table, the ids a plan's prompt numbers its rows by (row n = ids[n - 1])."""
+    return {"Entities": [e for e, _ in plan.entities], "Relationships": [r for r, _ in plan.relationships],
+            "Sources": [c for c, _ in plan.chunks], "Reports": list(plan.children)}
+
+
+def cited_by(report: dict, plan: Plan) -> dict:
+    """A report's id columns as `plan` numbers the rows its references cite: a report reused for
+    a plan of the same input hash (the same texts, in the same order) whose rows have other ids
+    (a moved document's chunks, a community whose members' texts match another's) cites these."""
+    texts = [report.get("summary") or "", report.get("rating_explanation") or ""]
+    texts += [f"{f.get('summary', '')} {f.get('explanation', '')}" for f in _findings(report.get("findings"))]
+    used = cited(texts, plan_refs(plan))
+    return {"entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
+            "sub_community_ids": used["Reports"]}
 
 
 _DATA = re.compile(r"\[Data:([^\]]*)\]", re.IGNORECASE)

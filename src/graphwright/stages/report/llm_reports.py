@@ -89,7 +89,8 @@ class LLMReports:
         communities = with_chunk_counts(communities, lineage, fixed)  # the plans and fallbacks rate by the count
         self.communities = {c["community_id"]: c for c in communities}
         laps.lap("chunk_counts_s")
-        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed, lineage)
+        self.plans = plan_reports(communities, self.ent, self.rel, chunk_text, config, llm.model, known, fixed, lineage,
+                                  answer=llm.answer_settings())
         laps.lap("plan_s")
         self.lookup_stats: dict = {}
 

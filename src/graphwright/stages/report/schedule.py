@@ -14,6 +14,7 @@ from graphwright.stages.report.llm import (
     PROMPT_VERSION,
     Plan,
     child_texts,
+    cited_by,
     generator,
     needed,
     parse_report,
@@ -43,8 +44,9 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
         for k in plans[cid].needs:
             parents.setdefault(k, []).append(cid)
         old = existing.get(plans[cid].input_hash)
-        if old is not None and old["generator"] == gen:
-            rows[cid] = {**old, "community_id": cid, "level": plans[cid].level}
+        if old is not None and old["generator"] == gen:  # its text as it was; its citations as this plan numbers them
+            cites = cited_by(old, plans[cid]) if plans[cid].planned else {}
+            rows[cid] = {**old, **cites, "community_id": cid, "level": plans[cid].level}
             stats["reused"] += 1
     waiting = {cid for cid in todo if cid not in rows}
     requests: dict[str, tuple] = {}
