@@ -496,3 +496,15 @@ def test_the_top_levels_edges_are_put_in_order_by_counting_passes(monkeypatch):
     monkeypatch.setattr(np, "argsort", refused)
     got_edges, got_weights = sorted_edges(n, edges, weights)
     assert got_edges.tolist() == edges[order].tolist() and got_weights.tolist() == weights[order].tolist()
+
+
+def test_a_previous_child_whose_members_are_all_gone_is_not_kept_as_an_empty_community():
+    engine = make_engine("igraph")
+    n, edges, weights = planted([5, 5], 0.9, 0.02, seed=2)
+    members = np.arange(n)
+    prev = [[(members, None, "top")], [(members, 0, "kept"), (np.empty(0, np.int64), 0, "emptied")]]
+    config = ClusterConfig(max_cluster_size=5, seed=3)
+    levels, stats = incremental_levels(n, edges, weights, config, engine, prev, np.zeros(n, bool),
+                                       stable_hashes([str(i) for i in range(n)]))
+    assert all(len(m) for level in levels for m, _ in level)
+    assert stats["splits"] == 1 and not stats["subtrees_reused"]  # split again, not given its old split

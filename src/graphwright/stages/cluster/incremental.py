@@ -158,7 +158,8 @@ def incremental_levels(n: int, edges: np.ndarray, weights: np.ndarray, config: C
         redo = []
         kids_of: dict[int, list[np.ndarray]] = {}
         for m, p, _ in prev[level] if level < len(prev) else ():
-            kids_of.setdefault(p, []).append(m)
+            if len(m):  # a previous child whose members are all gone is no child now
+                kids_of.setdefault(p, []).append(m)
         for i in split:
             j = as_was[i]
             if j is not None:
