@@ -508,3 +508,28 @@ def test_a_previous_child_whose_members_are_all_gone_is_not_kept_as_an_empty_com
                                        stable_hashes([str(i) for i in range(n)]))
     assert all(len(m) for level in levels for m, _ in level)
     assert stats["splits"] == 1 and not stats["subtrees_reused"]  # split again, not given its old split
+
+
+def test_a_table_whose_rows_name_different_graphs_is_clustered_again_without_a_state(tmp_path):
+    """Without its state, cluster skips only when every community row names the current graph: an
+    update killed between its patch and its state leaves kept rows naming the graph before it."""
+    import pyarrow.compute as pc
+
+    from graphwright.config import load_config
+    from graphwright.pipeline.runner import run_index
+    from graphwright.storage.delta import IndexStore
+
+    config = load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": 32},
+                                    "cluster": {"max_cluster_size": 3, "resolution": 3.0}})
+    src = _people(tmp_path / "src")
+    run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
+    store = IndexStore(tmp_path / "index")
+    table = store.read("communities")
+    assert table.num_rows > 1
+    hashes = table.column("graph_hash").to_pylist()
+    store.overwrite("communities", table.set_column(table.schema.get_field_index("graph_hash"), "graph_hash",
+                                                     pa.array(hashes[:1] + ["an-older-graph"] * (len(hashes) - 1))))
+    for path in [*store.files.list("state/cluster"), "state/cluster.json"]:
+        store.files.delete(path)
+    run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
+    assert not pc.any(pc.equal(store.read("communities").column("graph_hash"), "an-older-graph")).as_py()

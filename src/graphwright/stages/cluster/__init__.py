@@ -49,7 +49,8 @@ def _cluster(run, m: dict) -> dict:
         previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_digest(total)
         same_settings = not settings_changed(store, cfg)  # the graph hash does not say which settings clustered it
-        if previous.num_rows and previous.column("graph_hash")[0].as_py() == hashed and same_settings:
+        # every row: an update rewrites only the communities it changed, which alone get its hash
+        if previous.num_rows and pc.all(pc.equal(previous.column("graph_hash"), hashed)).as_py() and same_settings:
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})
