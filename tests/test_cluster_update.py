@@ -533,3 +533,24 @@ def test_a_table_whose_rows_name_different_graphs_is_clustered_again_without_a_s
         store.files.delete(path)
     run_index([str(src)], tmp_path / "index", config, show_progress=False, log=lambda m: None)
     assert not pc.any(pc.equal(store.read("communities").column("graph_hash"), "an-older-graph")).as_py()
+
+
+def test_the_refresh_check_compares_the_modularity_leiden_optimizes_at_the_configured_resolution():
+    """At a low resolution one community of two joined cliques is the better partition: a fresh
+    top level that splits them must not replace it for being better at resolution 1."""
+    import igraph
+
+    from graphwright.stages.cluster.incremental import _refreshed
+
+    cliques = [(i, j) for block in (range(0, 5), range(5, 10)) for i in block for j in block if i < j]
+    edges, weights = np.array(cliques + [(4, 5)]), np.ones(len(cliques) + 1)
+    together, apart = np.zeros(10, np.int64), np.repeat([0, 1], 5)
+    graph = igraph.Graph(n=10, edges=edges.tolist())
+    for labels in (together, apart):
+        for resolution in (0.05, 1.0):
+            assert modularity(10, edges, weights, labels, resolution) == pytest.approx(
+                graph.modularity(labels.tolist(), weights=weights.tolist(), resolution=resolution))
+    stats: dict = {}
+    low = ClusterConfig(resolution=0.05, refresh_gain=0.001)
+    kept = _refreshed(10, edges, weights, together, low, make_engine("igraph"), stats, lambda: apart)
+    assert stats["refreshed"] is False and kept is together
