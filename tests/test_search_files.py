@@ -655,3 +655,42 @@ def test_resolves_codes_become_graph_nodes_without_a_hash_table_of_every_chunk_i
     mixed = pa.array(["a", "bb", "c"])
     assert sorted_positions(pa.array(["bb", "zz", "a"]), mixed).tolist() == [1, -1, 0]
     assert looked_up == [3]  # mixed lengths: Arrow's lookup
+
+
+def test_an_update_after_a_rollback_leaves_the_lexical_files_of_every_published_version_as_they_were(tmp_path):
+    """Tantivy names a delete file by segment and opstamp: two updates of one base (before and
+    after a rollback) that delete and add as many items name their delete files alike. The second
+    must not overwrite the first's, which a published version pins."""
+    from graphwright.ops.check import check
+    from graphwright.ops.versions import rollback
+    from graphwright.pipeline.runner import run_index
+    from graphwright.query.searcher import Searcher
+    from graphwright.storage.delta import IndexStore
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"d{i}.txt").write_text(f"Copper ledger {i} of the harbor guild.")
+    cfg = make_config(ingest={"max_delete_fraction": 1.0}, search_index={"passage_graph": False})
+    index = tmp_path / "index"
+
+    def update():
+        run_index([str(src)], index, cfg, show_progress=False, log=lambda m: None)
+
+    update()
+    (src / "d0.txt").write_text("Tin ledger of the harbor guild.")
+    update()
+
+    def found(version: int) -> list[str]:
+        searcher = Searcher(str(index), version=version)
+        hits = searcher.lexical_search("chunk", "copper tin", 10)
+        return sorted(row["text"] for row in searcher.chunks([c for c, _ in hits]).values())
+
+    before = found(2)
+    store = IndexStore(index)
+    rollback(store, 1, "rollback-run")
+    (src / "d0.txt").write_text("Copper ledger 0 of the harbor guild.")
+    (src / "d2.txt").write_text("Wool ledger of the harbor guild.")
+    update()
+    assert found(2) == before
+    assert not check(store)["problems"]  # every pinned file's sha256 as published

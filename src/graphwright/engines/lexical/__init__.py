@@ -6,7 +6,10 @@ In an index's files a kind's lexical index is a pool of immutable segment files,
 (named by a hash of the items it holds), which names the segment files it uses and carries
 tantivy's meta.json. An update adds segment and delete files and a new version file; a
 published version's files are never overwritten. The version file is written last: its
-presence means its segments are all there.
+presence means its segments are all there. Tantivy names a delete file by its segment and
+opstamp, so two updates of one base (a rollback, then an update) can name different delete
+files alike: one whose name the pool holds already goes to `lexical/<kind>/<digest>/`, and the
+version file maps the name to it (`paths`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ def _legacy_ids_path(relative: str) -> str:
     return relative.removesuffix(".json") + ".ids.parquet"  # a version written before ids_path's format
 
 
+def pool_path(version: dict, name: str) -> str:
+    """Where a version's segment file `name` is stored (module docstring)."""
+    return version.get("paths", {}).get(name) or f"lexical/{version['kind']}/{name}"
+
+
 class Materialized:
     """A version's index as a local folder: links to the pool's segment files in a local index,
     downloads in an object store; removed with this object (or by close())."""
@@ -49,13 +57,13 @@ class Materialized:
             raise ValueError(f"{relative}: lexical index engine {self.version.get('engine')!r} is not supported (re-index)")
         self._tmp = tempfile.TemporaryDirectory(prefix="graphwright-lexical-")
         self.folder = Path(self._tmp.name)
-        pool = f"lexical/{self.version['kind']}"
         for name in self.version["files"]:
+            stored = pool_path(self.version, name)
             if is_uri(files.location):
-                with files.local(f"{pool}/{name}") as downloaded:  # streamed to a temporary file
+                with files.local(stored) as downloaded:  # streamed to a temporary file
                     shutil.move(downloaded, self.folder / name)
             else:
-                os.symlink(Path(files.location).resolve() / pool / name, self.folder / name)
+                os.symlink(Path(files.location).resolve() / stored, self.folder / name)
         (self.folder / "meta.json").write_text(self.version["meta"])
         (self.folder / ".managed.json").write_text(self.version["managed"])
 
@@ -107,14 +115,17 @@ def write_version(files, kind: str, digest: str, previous: str | None, deletes: 
         folder = local.folder if local else Path(tempfile.mkdtemp(prefix="graphwright-lexical-"))
         used = tantivy_engine.write(folder, deletes, docs, threads)
         pool = f"lexical/{kind}"
-        already = set(local.version["files"]) if local else set()
+        paths = {name: pool_path(local.version, name) for name in local.version["files"]} if local else {}
         for name in used:
-            if name not in already:
-                files.write_file(f"{pool}/{name}", folder / name)
+            if name not in paths:
+                # a name another version's file holds (module docstring) is written beside it
+                paths[name] = f"{pool}/{digest}/{name}" if files.exists(f"{pool}/{name}") else f"{pool}/{name}"
+                files.write_file(paths[name], folder / name)
         files.write_table(ids_path(relative), items.combine_chunks())
+        moved = {name: paths[name] for name in used if paths[name] != f"{pool}/{name}"}
         version = {"engine": ENGINE, "analyzer": tantivy_engine.ANALYZER_VERSION, "kind": kind, "items": items.num_rows,
                    "files": used, "meta": (folder / "meta.json").read_text(), "managed": (folder / ".managed.json").read_text(),
-                   "sources": sources or {}}
+                   "sources": sources or {}, **({"paths": moved} if moved else {})}
         files.write_bytes(relative, json.dumps(version).encode())
     finally:
         if local:
@@ -133,5 +144,5 @@ def files_in_use(files, versions: list[str]) -> set[str]:
             continue
         version = json.loads(files.read_bytes(relative))
         listed = [p for p in (ids_path(relative), _legacy_ids_path(relative)) if files.exists(p)] or [ids_path(relative)]
-        used |= {relative, *listed} | {f"lexical/{version['kind']}/{name}" for name in version["files"]}
+        used |= {relative, *listed} | {pool_path(version, name) for name in version["files"]}
     return used
