@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +86,28 @@ def test_update_equals_fresh_build(a, b, drop, modify, extra):
         run_index([str(src)], fresh, config, show_progress=False, log=quiet)
         for table, columns in COMPARED.items():
             assert _rows(updated, table, columns) == _rows(fresh, table, columns), table
+
+
+@pytest.mark.parametrize("added", [False, True])
+def test_an_update_under_another_embedder_equals_a_fresh_build_when_linking_scores_embeddings(tmp_path, added):
+    """With resolve.embeddings the pairs' scores depend on the embedder: another model (here the
+    hashing embedder's dimension) must not keep the state's scores, merges or alias evidence."""
+    docs = {"d1": "Ebenezer Scrooge met Jacob Marley in London. Scrooge thanked Marley in London.",
+            "d3": "Alice Moreau wrote to Bruno Keller near Port Elling."}
+
+    def config(dim: int):
+        return load_config(overrides={"execution": {"executor": "local"}, "embed": {"engine": "hashing", "dim": dim},
+                                      "resolve": {"embeddings": True}})
+
+    src, fresh = tmp_path / "src", tmp_path / "fresh-src"
+    for folder in (src, fresh):
+        folder.mkdir()
+    _write(src, docs)
+    run_index([str(src)], tmp_path / "index", config(32), show_progress=False, log=lambda m: None)
+    final = docs | ({"d4": "Chidi Okafor travelled to Kestrel Island."} if added else {})
+    _write(src, final)
+    _write(fresh, final)
+    run_index([str(src)], tmp_path / "index", config(16), show_progress=False, log=lambda m: None)
+    run_index([str(fresh)], tmp_path / "fresh", config(16), show_progress=False, log=lambda m: None)
+    for table in ("entities", "entity_aliases", "relationships"):
+        assert _rows(tmp_path / "index", table, None) == _rows(tmp_path / "fresh", table, None), table

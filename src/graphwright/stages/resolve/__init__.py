@@ -19,7 +19,7 @@ def execute(run, m: dict) -> dict:
     overflow: dict | None = {} if run.config.resolve.summarize else None
     linking: dict = {}
     update = resolve_update(store, run.config.resolve, key, run.run_id, embed=_embedder(run), adjudicate=_adjudicator(run),
-                            overflow=overflow, link_stats=linking)
+                            overflow=overflow, link_stats=linking, depends=settings_outside(run.config))
     entities = _summarize_descriptions(run, overflow, update.entities, "entities", "entity_id")
     update.laps.restart()
 
@@ -54,6 +54,19 @@ def execute(run, m: dict) -> dict:
              work_done=update.stats["mentions_changed"] if update.stats.get("incremental") else update.stats["mentions_total"],
              work_total=update.stats.get("mentions_total", 0))
     return diffs
+
+
+def settings_outside(config) -> str:
+    """The settings outside the resolve section that its rows depend on: the embedder's where
+    linking scores embeddings, the LLM's where it adjudicates or summarizes ("" otherwise)."""
+    from graphwright.engines.embed import model_name
+
+    parts = []
+    if config.resolve.embeddings:
+        parts.append(f"embed:{model_name(config.embed)}")  # the vectors' identity, as the embed stage keys them
+    if config.resolve.adjudicate or config.resolve.summarize:
+        parts.append(config.llm.answer_settings())
+    return "\n".join(parts)
 
 
 def _embedder(run):

@@ -75,11 +75,13 @@ class Update:
 
 
 def resolve_update(store, config, extractor: str, run_id: str, embed=None, adjudicate=None,
-                   overflow: dict | None = None, link_stats: dict | None = None) -> Update:
+                   overflow: dict | None = None, link_stats: dict | None = None, depends: str = "") -> Update:
+    """`depends`: the settings outside `config` that the rows depend on (resolve.settings_outside);
+    under others the state's pairs and rows are not reused."""
     files = store.files
     laps = Laps()
     fingerprint = state.fingerprint(extractor, config.method)
-    config_id = ids.stable_id("resolve-config", config.model_dump_json())
+    config_id = ids.stable_id("resolve-config", config.model_dump_json(), *([depends] if depends else []))
     outputs_now = {t: store.version(t) for t in OUTPUTS}
     inputs_now = {t: store.version(t) for t in INPUTS}
     meta = state.peek(files, fingerprint)
