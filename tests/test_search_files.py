@@ -694,3 +694,29 @@ def test_an_update_after_a_rollback_leaves_the_lexical_files_of_every_published_
     update()
     assert found(2) == before
     assert not check(store)["problems"]  # every pinned file's sha256 as published
+
+
+def test_synonym_pairs_found_under_other_settings_are_not_kept(tmp_path):
+    from graphwright.pipeline.runner import run_index
+    from graphwright.stages.embed.synonyms import read_synonyms
+    from graphwright.storage.delta import IndexStore
+    from graphwright.storage.manifest import load_manifest
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, text in {"a": "Harbor Lantern Society met Bruno Keller near Port Elling.",
+                       "c": "Lantern Society Archive wrote to Emil Novak near Kestrel Island.",
+                       "e": "Society Archive Lantern Room thanked Farah Haddad near Greywater River.",
+                       "d": "Harbor Lantern Guild Society argued with Dana Whitfield near Amberfield."}.items():
+        (src / f"{name}.txt").write_text(text)
+
+    def pairs(index, threshold: float) -> list[float]:
+        cfg = make_config(embed={"dim": 1024}, search_index={"synonym_threshold": threshold})
+        run_index([str(src)], index, cfg, show_progress=False, log=lambda m: None)
+        store = IndexStore(index)
+        table = read_synonyms(store.files, load_manifest(store)["vector_indexes"].get("synonyms"))
+        return sorted(round(s, 4) for s in table.column("similarity").to_pylist())
+
+    looser = pairs(tmp_path / "index", 0.5)
+    assert any(s < 0.7 for s in looser)
+    assert pairs(tmp_path / "index", 0.7) == pairs(tmp_path / "fresh", 0.7)

@@ -6,11 +6,15 @@ letters or digits.
 Kept incremental: the published version's pairs are kept where both names are unchanged, and
 only new or renamed entities are searched (similarity is symmetric, so a new name finds its
 older neighbours). Written as `graph/synonyms-<digest>.parquet` (entity_id, other_id,
-similarity; entity_id < other_id) with the names it covers beside it (`.covered.parquet`).
+similarity; entity_id < other_id) with the names it covers beside it (`.covered.parquet`),
+whose metadata records the settings and the embedding model the pairs were found with: pairs
+found under others are not kept (a file from before they were recorded is taken as found
+under the current ones).
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -26,6 +30,7 @@ from graphwright.storage.delta import IndexStore
 MANIFEST_KEY = "synonyms"
 NAME_KIND = "entity_name"  # the embeddings kind of entity names
 SEARCH_BATCH = 4096
+FOUND_WITH = "graphwright.found_with"  # the covered file's metadata: settings and model of the pairs
 
 
 def covered_path(relative: str) -> str:
@@ -53,7 +58,8 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
 
     now = {i: h for _, i, h in live}
     pairs: dict[tuple[str, str], float] = {}
-    previous = _published(store)
+    found_with = {"threshold": si.synonym_threshold, "neighbours": si.synonym_neighbours, "model": model}
+    previous = _published(store, found_with)
     unchanged: set[str] = set()
     if previous is not None:
         old_pairs, old_covered = previous
@@ -78,6 +84,7 @@ def write_synonyms(store: IndexStore, cfg, model: str, name_index: str) -> str |
                       "other_id": pa.array([b for (_, b), _ in ordered], pa.string()),
                       "similarity": pa.array([s for _, s in ordered], pa.float32())})
     covered = pa.table({"entity_id": pa.array(list(now), pa.string()), "text_hash": pa.array(list(now.values()), pa.string())})
+    covered = covered.replace_schema_metadata({FOUND_WITH: json.dumps(found_with, sort_keys=True)})
     store.files.write_bytes(covered_path(relative), _parquet(covered))
     store.files.write_bytes(relative, _parquet(table))  # last: its presence means both are complete
     return relative
@@ -104,12 +111,16 @@ def read_synonyms(files, relative: str | None) -> pa.Table | None:
     return pq.read_table(pa.BufferReader(files.read_bytes(relative)))
 
 
-def _published(store: IndexStore) -> tuple[pa.Table, pa.Table] | None:
+def _published(store: IndexStore, found_with: dict) -> tuple[pa.Table, pa.Table] | None:
+    """The published version's (pairs, covered names), if they were found with `found_with`."""
     relative = manifest.published(store).get("vector_indexes", {}).get(MANIFEST_KEY)
     if relative is None or not store.files.exists(relative) or not store.files.exists(covered_path(relative)):
         return None
-    return (pq.read_table(pa.BufferReader(store.files.read_bytes(relative))),
-            pq.read_table(pa.BufferReader(store.files.read_bytes(covered_path(relative)))))
+    covered = pq.read_table(pa.BufferReader(store.files.read_bytes(covered_path(relative))))
+    recorded = (covered.schema.metadata or {}).get(FOUND_WITH.encode())
+    if recorded is not None and json.loads(recorded) != found_with:
+        return None
+    return pq.read_table(pa.BufferReader(store.files.read_bytes(relative))), covered
 
 
 def _names(store: IndexStore) -> dict[str, str]:
