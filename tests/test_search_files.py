@@ -720,3 +720,24 @@ def test_synonym_pairs_found_under_other_settings_are_not_kept(tmp_path):
     looser = pairs(tmp_path / "index", 0.5)
     assert any(s < 0.7 for s in looser)
     assert pairs(tmp_path / "index", 0.7) == pairs(tmp_path / "fresh", 0.7)
+
+
+def test_vector_files_built_under_other_index_settings_are_not_laid_over(tmp_path):
+    """Without a change an update lays an empty overlay over the published file: one built as
+    HNSW under a lower threshold must be rebuilt as the exact index a fresh build makes."""
+    from graphwright.pipeline.runner import run_index
+    from graphwright.storage.delta import IndexStore
+    from graphwright.storage.manifest import load_manifest
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"d{i}.txt").write_text(f"Alice Moreau met Bruno Keller in Port Elling on day {i}. The harbor was busy {i}.")
+
+    def files(index, threshold: int) -> dict:
+        run_index([str(src)], index, make_config(vectors={"hnsw_threshold": threshold}), show_progress=False, log=lambda m: None)
+        return load_manifest(IndexStore(index))["vector_indexes"]
+
+    files(tmp_path / "index", 1)
+    updated, fresh = files(tmp_path / "index", 200_000), files(tmp_path / "fresh", 200_000)
+    assert {k: updated[k] for k in ("chunk", "entity")} == {k: fresh[k] for k in ("chunk", "entity")}

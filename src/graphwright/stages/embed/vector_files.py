@@ -64,7 +64,7 @@ def write_vector_index(store: IndexStore, kind: str, model: str, cfg: PipelineCo
     # an overlay lays over any published faiss index, a flat one too: below the HNSW threshold
     # the index was rebuilt from a scan of the table (2.2 s a 0.1% update at 145k chunks)
     layerable = cfg.vectors.engine == "faiss" and cfg.vectors.overlay_max_share > 0 and not rebuild
-    published, pinned = published_vector_file(store, kind) if updatable or layerable else (None, None)
+    published, pinned = published_vector_file(store, kind, cfg) if updatable or layerable else (None, None)
     if published is not None and layerable:
         overlay = next_overlay(store.files, published, keys.column("item_id").combine_chunks(),
                                keys.column("text_hash").combine_chunks(),
@@ -98,20 +98,33 @@ def by_item(keys: pa.Table) -> pa.Table:
     return keys.sort_by([("item_id", "ascending"), ("text_hash", "ascending")])
 
 
-def published_vector_file(store: IndexStore, kind: str) -> tuple[str | None, int | None]:
+def published_vector_file(store: IndexStore, kind: str, cfg: PipelineConfig | None = None) -> tuple[str | None, int | None]:
     """The latest published version's vector index file of `kind` (a base or an overlay), if it
-    has a usable one, and the embeddings table version it pins."""
+    has a usable one, and the embeddings table version it pins. A file built under other index
+    settings than `cfg`'s (engine, HNSW threshold) is not usable: an update would keep its kind."""
     latest = manifest.published(store)
     if not latest:
         return None, None
     relative, pinned = latest["vector_indexes"].get(kind), latest["table_versions"].get("embeddings")
-    if relative is None or not store.files.exists(relative):
+    if relative is None or not store.files.exists(relative) or (cfg is not None and not _same_index_settings(latest, cfg)):
         return None, pinned
     if is_overlay(relative):  # an overlay whose base is gone, or that cannot be read, is rebuilt
         base = readable_base(store.files, relative)
         if base is None or not store.files.exists(base):
             return None, pinned
     return relative, pinned
+
+
+def _same_index_settings(published: dict, cfg: PipelineConfig) -> bool:
+    """Whether the published version's vector files were built under `cfg`'s engine and HNSW threshold."""
+    import json
+
+    try:
+        built = json.loads(published.get("config") or "{}").get("vectors") or {}
+    except ValueError:
+        return False
+    now = cfg.vectors
+    return built.get("engine", now.engine) == now.engine and built.get("hnsw_threshold", now.hnsw_threshold) == now.hnsw_threshold
 
 
 def recent_vectors(store: IndexStore, kind: str, model: str, wanted: list[str], hashes: list[str], since: int | None,
