@@ -741,3 +741,30 @@ def test_vector_files_built_under_other_index_settings_are_not_laid_over(tmp_pat
     files(tmp_path / "index", 1)
     updated, fresh = files(tmp_path / "index", 200_000), files(tmp_path / "fresh", 200_000)
     assert {k: updated[k] for k in ("chunk", "entity")} == {k: fresh[k] for k in ("chunk", "entity")}
+
+
+def test_a_lexical_index_whose_deleted_documents_pass_the_share_is_rebuilt_and_scores_as_a_fresh_one(tmp_path):
+    """BM25 counts deleted documents until a merge drops them: six of nine deleted flipped the
+    ranking of 'copper tin' against a fresh build's."""
+    from graphwright.pipeline.runner import run_index
+    from graphwright.query.searcher import Searcher
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(6):
+        (src / f"old{i}.txt").write_text(f"Copper shipments arrived at the harbor, entry {i}.")
+    for name, metal in (("a", "Copper copper"), ("b", "Tin"), ("c", "Wool")):
+        (src / f"{name}.txt").write_text(f"{metal} was traded by the guild.")
+    cfg = make_config(ingest={"max_delete_fraction": 1.0})
+
+    def ranked(index) -> list[tuple[str, float]]:
+        run_index([str(src)], index, cfg, show_progress=False, log=lambda m: None)
+        searcher = Searcher(str(index))
+        hits = searcher.lexical_search("chunk", "copper tin", 3)
+        rows = searcher.chunks([c for c, _ in hits])
+        return [(rows[c]["text"], round(score, 5)) for c, score in hits]
+
+    ranked(tmp_path / "index")
+    for i in range(6):
+        (src / f"old{i}.txt").unlink()
+    assert ranked(tmp_path / "index") == ranked(tmp_path / "fresh")

@@ -135,6 +135,14 @@ def write_version(files, kind: str, digest: str, previous: str | None, deletes: 
     return relative
 
 
+def deleted_share(files, relative: str, deleting: int, items: int) -> float:
+    """The share of the documents a version's index would hold that are deleted (still counted by
+    BM25 until a merge drops them) once `deleting` more are deleted and it holds `items` live ones."""
+    meta = json.loads(json.loads(files.read_bytes(relative))["meta"])
+    deleted = deleting + sum((s.get("deletes") or {}).get("num_deleted_docs", 0) for s in meta["segments"])
+    return deleted / max(1, deleted + items)
+
+
 def files_in_use(files, versions: list[str]) -> set[str]:
     """Every file the lexical version files `versions` need: themselves, their item lists and
     their segments (what retention must keep)."""

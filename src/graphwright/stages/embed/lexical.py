@@ -13,6 +13,12 @@ and stored text). A version records the table versions it was built from, so the
 reads from the Delta log which rows changed since (storage.changes) and reads and hashes only
 those; where the log cannot say, the tables are read whole. The stored rows let a query fetch
 its evidence by id without scanning a Delta table.
+
+A deleted document stays in its segment until tantivy merges it away, and BM25 counts it (in the
+number of documents, the document frequencies and the average length), so an updated index
+scores a little differently from a fresh one. Once the deleted documents would pass
+REBUILD_DELETED_SHARE of what the index holds, the update rebuilds the kind's index from the
+table instead, as a fresh build makes it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from graphwright.util.cores import driver_cores
 from graphwright.util.rows import row_dicts
 
 KINDS = ("chunk", "entity", "relationship", "report")
+REBUILD_DELETED_SHARE = 0.1  # module docstring
 LIST_ITEMS = 10  # ids kept in a stored row's chunk_ids / doc_ids (what the query modes return)
 # each kind's table, its key and the columns its items are made of; and the table joined to it
 SOURCES = {
@@ -102,6 +109,9 @@ def write_kind(store: IndexStore, kind: str, previous: str | None, threads: int 
     else:
         deletes = dropped.to_pylist()
         docs = _docs([fresh.drop_columns(["row_hash"])], None)
+    if previous is not None and lexical.deleted_share(store.files, previous, len(deletes), items.num_rows) > REBUILD_DELETED_SHARE:
+        stats["rebuilt"] = True  # BM25's statistics as a fresh build's
+        previous, deletes, docs = None, [], _docs(_batches(store, kind), None)
     return lexical.write_version(store.files, kind, digest, previous, deletes, docs, items, threads, sources)
 
 
