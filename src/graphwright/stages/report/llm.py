@@ -307,11 +307,12 @@ def child_texts(reports: dict[str, dict], limit: int) -> dict[str, str]:
 
 
 def _child_row(report: dict) -> str:
-    findings = [f.get("summary", "") for f in _findings(report.get("findings"))]
+    findings = [f.get("summary", "") for f in findings_of(report.get("findings"))]
     return _clean(f"{report['title']}|{report['summary']}" + (" Findings: " + "; ".join(findings) if findings else ""))
 
 
-def _findings(value) -> list[dict]:
+def findings_of(value) -> list[dict]:
+    """A report's findings column as a list of dicts (none where it is not one)."""
     try:
         items = json.loads(value) if isinstance(value, str) else value
     except json.JSONDecodeError:
@@ -342,17 +343,6 @@ def plan_refs(plan: Plan) -> dict[str, list[str]]:
     """Per table, the ids a plan's prompt numbers its rows by (row n = ids[n - 1])."""
     return {"Entities": [e for e, _ in plan.entities], "Relationships": [r for r, _ in plan.relationships],
             "Sources": [c for c, _ in plan.chunks], "Reports": list(plan.children)}
-
-
-def cited_by(report: dict, plan: Plan) -> dict:
-    """A report's id columns as `plan` numbers the rows its references cite: a report reused for
-    a plan of the same input hash (the same texts, in the same order) whose rows have other ids
-    (a moved document's chunks, a community whose members' texts match another's) cites these."""
-    texts = [report.get("summary") or "", report.get("rating_explanation") or ""]
-    texts += [f"{f.get('summary', '')} {f.get('explanation', '')}" for f in _findings(report.get("findings"))]
-    used = cited(texts, plan_refs(plan))
-    return {"entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
-            "sub_community_ids": used["Reports"]}
 
 
 _DATA = re.compile(r"\[Data:([^\]]*)\]", re.IGNORECASE)
