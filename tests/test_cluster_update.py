@@ -92,11 +92,18 @@ def _people(src):
 
 
 @pytest.mark.parametrize("edit", [False, True])
-def test_changed_cluster_settings_cluster_in_full_as_a_fresh_build_would(tmp_path, edit):
+def test_changed_cluster_settings_cluster_in_full_as_a_fresh_build_would(tmp_path, edit, monkeypatch):
     """The state and the graph hash say which graph was clustered, not under which settings: a
     run under others (here a higher resolution, with or without a changed document) must not
-    keep the old hierarchy."""
+    keep the old hierarchy, nor start Leiden from it."""
     import json
+
+    import graphwright.stages.cluster as cluster_stage
+
+    starts = []
+    parts = cluster_stage.cluster_parts
+    monkeypatch.setattr(cluster_stage, "cluster_parts",
+                        lambda *args, previous=None, **kwargs: starts.append(previous.num_rows) or parts(*args, previous=previous, **kwargs))
 
     from graphwright.config import load_config
     from graphwright.pipeline.runner import run_index
@@ -119,6 +126,7 @@ def test_changed_cluster_settings_cluster_in_full_as_a_fresh_build_would(tmp_pat
         (src / "d0.txt").write_text("Hana Ito wrote to Ivo Lind near Kestrel Island. Ivo Lind thanked Hana Ito.")
     after, details = run(tmp_path / "index", 3.0)
     assert details["incremental"] is False and not details.get("skipped")
+    assert starts[-1] == 0  # a cold start, as a fresh build's
     assert after == run(tmp_path / "fresh", 3.0)[0] and len(after) > 1
     # the next update under the same settings is incremental again
     (src / "d9.txt").write_text("Jonas Berg met Alice Moreau in Amberfield.")

@@ -5,6 +5,7 @@ import json
 import shutil
 
 import pyarrow as pa
+import pytest
 import tantivy
 
 from graphwright import ids
@@ -13,6 +14,13 @@ from graphwright.stages.embed.lexical import write_kind
 from graphwright.storage import contracts
 from graphwright.storage.delta import IndexStore
 from graphwright.storage.patch import patch_table
+
+
+@pytest.fixture(autouse=True)
+def incremental(monkeypatch):
+    """These indexes are small enough that a few deletions pass the share past which an update
+    rebuilds the index (lexical.REBUILD_DELETED_SHARE): the tests follow the update path."""
+    monkeypatch.setattr("graphwright.stages.embed.lexical.REBUILD_DELETED_SHARE", 1.0)
 
 
 def entities(rows):

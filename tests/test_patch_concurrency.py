@@ -9,7 +9,7 @@ import pytest
 from deltalake import DeltaTable
 
 from graphwright.storage import patch
-from graphwright.storage.file_commits import ConcurrentRewrite
+from graphwright.storage.file_commits import COMMIT_ATTEMPTS, ConcurrentRewrite
 from graphwright.storage.delta import IndexStore
 
 
@@ -91,12 +91,12 @@ def test_a_patch_that_keeps_losing_its_files_stops_naming_the_table_and_leaves_n
         table = DeltaTable(store.path("entity_aliases"))
         write_deltalake(table, table.to_pyarrow_table().sort_by("alias"), mode="overwrite")
 
-    meanwhile(monkeypatch, rewrite_every_file, times=patch.COMMIT_ATTEMPTS)
+    meanwhile(monkeypatch, rewrite_every_file, times=COMMIT_ATTEMPTS)
     with pytest.raises(ConcurrentRewrite, match="table entity_aliases: another writer removed"):
         patch.patch_table(store, "entity_aliases", ["a"], [aliases(["e"])])
     assert keys(store) == ["a", "b", "c", "d"]
     written_by_others = table_files(store) - before
-    assert len(written_by_others) == patch.COMMIT_ATTEMPTS  # the overwrites' files; none of the patch's
+    assert len(written_by_others) == COMMIT_ATTEMPTS  # the overwrites' files; none of the patch's
 
 
 def test_a_deletion_committed_by_another_writer_just_before_the_patchs_commit_holds_too(tmp_path, monkeypatch):

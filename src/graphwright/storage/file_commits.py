@@ -5,6 +5,7 @@ a file it replaces meanwhile."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 import json
 import re
 import tempfile
@@ -25,6 +26,11 @@ SAFE_PARTITION_VALUE = re.compile(r"[A-Za-z0-9_.-]+")
 DELETED_KEYS = "graphwright.deleted"  # the commitInfo field of a patch's deleted keys
 DELETED_KEYS_NAMED = 100_000  # at most this many in one commit (about 2 MB of JSON); past it, readers read the files' keys
 MOVED_FROM = "graphwright.moved"  # the commitInfo field of a deletion's moved files: where their rows came from
+
+
+# a patch or deletion whose rewritten files another writer removed meanwhile (a compaction, a
+# deletion) is made again from the table's new version: this many attempts in all
+COMMIT_ATTEMPTS = 3
 
 
 class ConcurrentRewrite(CommitFailedError):
@@ -53,7 +59,7 @@ class NewFiles:
     def new(self, partition: dict[str, str] | None = None) -> tuple[str, str]:
         values = partition or {}
         if any(not SAFE_PARTITION_VALUE.fullmatch(v) for v in values.values()):
-            raise ValueError(f"table {self.name}: partition value {values} needs escaping in a file path, which _commit does not do")
+            raise ValueError(f"table {self.name}: partition value {values} needs escaping in a file path, which commit_files does not do")
         relative = "".join(f"{c}={v}/" for c, v in values.items()) + f"part-{next(self.count):05d}-{self.batch}.parquet"
         where = self.root / relative
         where.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +84,22 @@ class NewFiles:
         return False
 
 
+def with_retries(new_files: NewFiles, attempt: Callable[[], None]) -> None:
+    """Run `attempt` (list the table's files, rewrite those it must and commit) until a commit is
+    not refused, COMMIT_ATTEMPTS times at most: the files of a refused attempt are removed (on an
+    object store, those it put stay unlisted until retention deletes them: storage.orphans), and
+    the next one starts from the table's new version. The last refusal is raised."""
+    for n in range(COMMIT_ATTEMPTS):
+        mark = len(new_files.written)
+        try:
+            attempt()
+            return
+        except CommitFailedError:  # ConcurrentRewrite, or delta-rs's own conflict check
+            if n + 1 == COMMIT_ATTEMPTS:
+                raise
+            new_files.discard(mark)
+
+
 def commit_files(store, dt, name: str, new_files: NewFiles, adds: list[tuple[str, str, int]], removes: list[str],
             moved: list[tuple] = (), deleted: tuple[tuple[str], pa.Array] | None = None,
             moved_from: dict[str, list] | None = None, listed=None) -> None:
@@ -93,15 +115,6 @@ def commit_files(store, dt, name: str, new_files: NewFiles, adds: list[tuple[str
     removed, so a compaction's copy of the rows would stay beside the patch's)."""
     import obstore
 
-    if removes and listed is not None and listed.version() != dt.version():
-        live = set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
-        gone = [path for path in removes if path not in live]
-        if gone:
-            raise ConcurrentRewrite(
-                f"table {name}: another writer removed {len(gone)} of the files this run rewrote (e.g. {gone[0]}) between "
-                f"versions {listed.version()} and {dt.version()}; nothing was committed. Rerun; if it keeps happening, stop "
-                "the other writer (graphwright's own runs, compactions and vacuums take the index's run lock)")
-
     table_files, actions = location.open_store(store.path(name), store.storage_options), []
     now = int(time.time() * 1000)
     for path in removes:
@@ -111,6 +124,9 @@ def commit_files(store, dt, name: str, new_files: NewFiles, adds: list[tuple[str
             obstore.put(table_files, relative, Path(local))
         actions.append(AddAction(relative, Path(local).stat().st_size, partition[0] if partition else {}, now, change,
                                  json.dumps({"numRecords": rows})))
+    if not new_files.direct and removes:
+        dt = store.ensure(name)  # the puts take a while on an object store: checked against the version after them
+    _still_listed(dt, listed, removes, name)
     named = {}
     if deleted is not None and len(deleted[1]) <= DELETED_KEYS_NAMED:
         named[DELETED_KEYS] = {"key": deleted[0][0], "values": pc.unique(deleted[1]).to_pylist()}
@@ -124,3 +140,17 @@ def commit_files(store, dt, name: str, new_files: NewFiles, adds: list[tuple[str
     except CommitFailedError:
         new_files.committing = False  # refused (a conflicting writer): no version lists the files
         raise
+
+
+def _still_listed(dt, listed, removes: list[str], name: str) -> None:
+    """ConcurrentRewrite unless every file in `removes` (listed at snapshot `listed`) is still one
+    of version `dt`'s."""
+    if not removes or listed is None or listed.version() == dt.version():
+        return
+    live = set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
+    gone = [path for path in removes if path not in live]
+    if gone:
+        raise ConcurrentRewrite(
+            f"table {name}: another writer removed {len(gone)} of the files this run rewrote (e.g. {gone[0]}) between "
+            f"versions {listed.version()} and {dt.version()}; nothing was committed. Rerun; if it keeps happening, stop "
+            "the other writer (graphwright's own runs, compactions and vacuums take the index's run lock)")

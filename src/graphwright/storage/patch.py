@@ -20,11 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake.exceptions import CommitFailedError
 
 from graphwright.storage import contracts, location
 from graphwright.storage.diff import key_column, row_digests
-from graphwright.storage.file_commits import NewFiles, commit_files
+from graphwright.storage.file_commits import NewFiles, commit_files, with_retries
 from graphwright.storage.health import data_file_error
 from graphwright.storage.parquet_files import write_parquet
 
@@ -33,9 +32,6 @@ MOVED_FROM_NAMED = 200_000  # at most this many left-out row positions in one co
 # up to about this many slices (runs of kept rows), a rewritten file's rows are sliced, not filtered:
 # the Parquet writer pays about 50 us a slice (a 284 MB file of 23k slices: 1.8-2.2 s to write against 0.8 s)
 KEPT_RUNS_SLICED = 5_000
-# a patch or deletion whose rewritten files another writer removed meanwhile (a compaction, a
-# deletion) is made again from the table's new version, this many times at most
-COMMIT_ATTEMPTS = 3
 
 
 def data_files(store, name: str) -> list[tuple[str, int]]:
@@ -152,8 +148,7 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
             write_parquet(schema.validate(kept, check_key=False), local)  # one file's rows: keys checked when written
             return path, removed, (relative, local, kept.num_rows)
 
-        for attempt in range(COMMIT_ATTEMPTS):  # again from the new version if another writer removed a file rewritten
-            mark = len(new_files.written)
+        def attempt() -> None:  # from the table's latest version, again if another writer removed a file rewritten
             stats.update(files_rewritten=0, files_kept=0, rows_removed=0)
             removes: list[str] = []
             moved: list[tuple[str, str, int]] = []  # rows copied unchanged from the files rewritten
@@ -176,18 +171,14 @@ def patch_table(store, name: str, removed_keys, parts: Iterable[pa.Table]) -> di
                 done.result()
             stats["files_added"] = len(adds) + len(moved)
             if not (adds or moved or removes or listed is None):
-                break
+                return
             gone = pa.concat_arrays(hit_keys)
             gone = gone.filter(pc.invert(pc.is_in(gone, value_set=added)))
             store._writing(name)
-            try:
-                commit_files(store, store.ensure(name), name, new_files, adds, removes, moved,
-                        deleted=(key, gone) if len(key) == 1 else None, listed=listed)
-                break
-            except CommitFailedError:  # ConcurrentRewrite, or delta-rs's own conflict check
-                if attempt + 1 == COMMIT_ATTEMPTS:
-                    raise
-                new_files.discard(mark)
+            commit_files(store, store.ensure(name), name, new_files, adds, removes, moved,
+                         deleted=(key, gone) if len(key) == 1 else None, listed=listed)
+
+        with_retries(new_files, attempt)
     return stats
 
 
@@ -279,22 +270,19 @@ def delete_matching(store, name: str, column: str, values, where: dict[str, str]
         return deleted, removes, moved, moved_from
 
     with NewFiles(store, name) as new_files:
-        for attempt in range(COMMIT_ATTEMPTS):  # again from the new version if another writer removed a file rewritten
-            mark, listed = len(new_files.written), store._table(name)
-            deleted, removes, moved, moved_from = rewrite(listed, new_files)
+        def attempt() -> None:  # from the table's latest version, again if another writer removed a file rewritten
+            listed = store._table(name)
+            counts["deleted"], removes, moved, moved_from = rewrite(listed, new_files)
             if not removes:
-                break
+                return
             store._writing(name)
             named = sum(len(left_out) for parts in moved_from.values() for _, _, left_out in parts or ())
-            try:
-                commit_files(store, store.ensure(name), name, new_files, [], removes, moved,
-                        moved_from=moved_from if record_moves and named <= MOVED_FROM_NAMED else None, listed=listed)
-                break
-            except CommitFailedError:  # ConcurrentRewrite, or delta-rs's own conflict check
-                if attempt + 1 == COMMIT_ATTEMPTS:
-                    raise
-                new_files.discard(mark)
-    return deleted
+            commit_files(store, store.ensure(name), name, new_files, [], removes, moved,
+                         moved_from=moved_from if record_moves and named <= MOVED_FROM_NAMED else None, listed=listed)
+
+        counts = {"deleted": 0}
+        with_retries(new_files, attempt)
+    return counts["deleted"]
 
 
 def patch_changed(store, name: str, table: pa.Table, current: pa.Table | None = None) -> dict[str, int]:

@@ -48,9 +48,10 @@ def _cluster(run, m: dict) -> dict:
         total = graph_sum(stable_hashes(entity_ids), edges, weights)
         previous = store.read("communities", columns=["level", "entity_ids", "graph_hash"])  # for the warm start
         hashed = graph_digest(total)
-        same_settings = not settings_changed(store, cfg)  # the graph hash does not say which settings clustered it
+        if settings_changed(store, cfg):  # the graph hash does not say which settings clustered it
+            previous = previous.slice(0, 0)  # nor is a partition made under others a start for these
         # every row: an update rewrites only the communities it changed, which alone get its hash
-        if previous.num_rows and pc.all(pc.equal(previous.column("graph_hash"), hashed)).as_py() and same_settings:
+        if previous.num_rows and pc.all(pc.equal(previous.column("graph_hash"), hashed)).as_py():
             diff = {"added": 0, "removed": 0, "changed": 0, "unchanged": previous.num_rows}
         else:
             entities = pa.table({"entity_id": pa.array(entity_ids, pa.string())})

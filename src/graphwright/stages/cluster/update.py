@@ -73,13 +73,18 @@ def save_state(store, entity_ids, edges, weights, total: int, config) -> None:
 
 
 def settings_changed(store, config) -> bool:
-    """Whether the communities were made under other partition settings than `config`'s (as the
-    state records them; False where no state says)."""
+    """Whether the communities were made under other partition settings than `config`'s, as the
+    state records them (False where no state says: one from before they were recorded is taken
+    as made under these, since clustering again would rewrite every report)."""
     try:
-        made_with = json.loads(store.files.read_bytes(f"{STATE}/state.json")).get("settings")
+        note = json.loads(store.files.read_bytes(f"{STATE}/state.json"))
     except Exception:  # noqa: BLE001 - no state: nothing known
         return False
-    return made_with is not None and made_with != settings_id(config)
+    return _made_under_others(note, config)
+
+
+def _made_under_others(note: dict, config) -> bool:
+    return note.get("settings", settings_id(config)) != settings_id(config)
 
 
 def load_state(store, config) -> dict | None:
@@ -87,10 +92,8 @@ def load_state(store, config) -> dict | None:
         note = json.loads(store.files.read_bytes(f"{STATE}/state.json"))
         if note["communities"] != store.version("communities"):
             return None  # the communities were written by something else since
-        if note.get("settings", settings_id(config)) != settings_id(config):
-            # made under other settings: a fresh clustering differs (a state from before they were
-            # recorded is taken as made under these: clustering again would rewrite every report)
-            return None
+        if _made_under_others(note, config):
+            return None  # a fresh clustering under these settings differs
         arrays = store.files.read_arrays(f"{STATE}/graph.npz")
         arrays["entity_ids"] = store.files.read_table(f"{STATE}/entities.arrow").column("entity_id").combine_chunks()
         arrays["total"] = int(note["total"])
