@@ -89,9 +89,9 @@ def test_an_overwrite_and_a_compaction(store):
 
 
 def test_nothing_since_and_what_the_log_cannot_say(store, monkeypatch):
-    import graphwright.storage.patch as patch
+    import graphwright.storage.file_commits as file_commits
 
-    monkeypatch.setattr(patch, "DELETED_KEYS_NAMED", -1)  # patches that name no deleted key: their files' keys are read
+    monkeypatch.setattr(file_commits, "DELETED_KEYS_NAMED", -1)  # patches that name no deleted key: their files' keys are read
     now = store.version("documents")
     ch = changes_since(store, "documents", now, "doc_id", COLUMNS)
     assert ch.rows.num_rows == 0 and len(ch.deleted) == 0 and ch.commits == 0
@@ -115,9 +115,9 @@ def test_the_keys_of_files_are_gathered_as_arrow_chunks_not_as_python_values(sto
     for a relationships table's 2.26M keys, four times an update): the keys read from each file
     reach it as its chunks."""
     import graphwright.storage.changes as changes
-    import graphwright.storage.patch as patch
+    import graphwright.storage.file_commits as file_commits
 
-    monkeypatch.setattr(patch, "DELETED_KEYS_NAMED", -1)
+    monkeypatch.setattr(file_commits, "DELETED_KEYS_NAMED", -1)
     given = []
     real = pa.chunked_array
 
@@ -138,7 +138,7 @@ def test_a_patch_names_the_keys_it_deleted_and_a_reader_reads_no_key_of_the_file
     the reader of the changes reads only the new rows, not the key columns of the files it
     removed and moved. A key removed and written again in one patch is changed, not deleted.
     Past DELETED_KEYS_NAMED keys a commit names none and the keys are read, with the same answer."""
-    import graphwright.storage.patch as patch
+    import graphwright.storage.file_commits as file_commits
 
     since = store.version("documents")
     patch_table(store, "documents", pa.array(["d003", "d077", "d010", "absent"]), [docs(["d010", "d060", "new1"], "b")])
@@ -151,7 +151,7 @@ def test_a_patch_names_the_keys_it_deleted_and_a_reader_reads_no_key_of_the_file
     store.ensure("documents").vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert sorted(changes_since(store, "documents", since, "doc_id", COLUMNS).deleted.to_pylist()) == ["d003", "d004", "d077"]
 
-    monkeypatch.setattr(patch, "DELETED_KEYS_NAMED", 1)
+    monkeypatch.setattr(file_commits, "DELETED_KEYS_NAMED", 1)
     mid = store.version("documents")
     patch_table(store, "documents", pa.array(["d020", "d021"]), [])
     ch = check(store, mid)
