@@ -315,7 +315,8 @@ def test_an_updates_community_rows_are_built_a_level_per_thread(tmp_path, monkey
     src, index = tmp_path / "src", tmp_path / "index"
     src.mkdir()
     docs = {f"d{i}": f"{text} Part {i}: Gita Rao met Hamid Sayed at Lowmoor." for i, text in enumerate(DOCS.values())}
-    _index(src, index, docs)
+    config = load_config(overrides={**CONFIG.model_dump(), "cluster": {"max_cluster_size": 2}})  # two levels at least
+    _index(src, index, docs, config)  # under the update's settings: other ones would cluster in full
     counted, calls = threading.Barrier(2, timeout=5), []
     real = ChunkLists.counts
 
@@ -328,7 +329,6 @@ def test_an_updates_community_rows_are_built_a_level_per_thread(tmp_path, monkey
         return real(self, label, n_groups)
 
     monkeypatch.setattr(ChunkLists, "counts", counts)
-    config = load_config(overrides={**CONFIG.model_dump(), "cluster": {"max_cluster_size": 2}})  # two levels at least
     for old in src.glob("*.txt"):
         old.unlink()
     for name, text in (docs | {"d9": "Farah Haddad met Alice Moreau in Amberfield and Gita Rao."}).items():
