@@ -107,7 +107,7 @@ from graphwright.storage import patch
 from graphwright.storage.delta import IndexStore
 
 store = IndexStore(sys.argv[1])
-patch._commit = lambda *args, **kwargs: os._exit(9)  # killed after writing its files, before the commit
+patch.commit_files = lambda *args, **kwargs: os._exit(9)  # killed after writing its files, before the commit
 patch.patch_table(store, "entities", [], [store.read("entities")])
 """
 
