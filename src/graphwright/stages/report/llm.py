@@ -385,11 +385,16 @@ def parse_report(text: str | None, plan: Plan, refs: dict[str, list[str]]) -> di
         if isinstance(f, dict) and (_clean(f.get("summary")) or _clean(f.get("explanation"))):
             findings.append({"summary": _clean(f.get("summary")), "explanation": _clean(f.get("explanation"))})
     explanation = _clean(data.get("rating_explanation"))
-    used = cited([summary, explanation] + [f["summary"] + " " + f["explanation"] for f in findings], refs)
     full = "\n\n".join([f"# {title}", summary] + [f"## {f['summary']}\n\n{f['explanation']}" for f in findings])
     return {
         "title": title, "summary": summary, "rating": rating, "rating_explanation": explanation,
         "findings": json.dumps(findings, ensure_ascii=False), "full_content": full,
-        "entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
-        "sub_community_ids": used["Reports"],
+        **cited_columns(summary, explanation, findings, refs),
     }
+
+
+def cited_columns(summary: str, explanation: str, findings: list[dict], refs: dict[str, list[str]]) -> dict[str, list[str]]:
+    """A report's id columns: the rows its texts cite, as `refs` numbers them."""
+    used = cited([summary, explanation] + [f"{f.get('summary', '')} {f.get('explanation', '')}" for f in findings], refs)
+    return {"entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
+            "sub_community_ids": used["Reports"]}

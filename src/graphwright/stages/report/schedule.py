@@ -14,7 +14,7 @@ from graphwright.stages.report.llm import (
     PROMPT_VERSION,
     Plan,
     child_texts,
-    cited,
+    cited_columns,
     findings_of,
     generator,
     needed,
@@ -46,8 +46,11 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
         for k in plans[cid].needs:
             parents.setdefault(k, []).append(cid)
         old = existing.get(plans[cid].input_hash)
-        if old is not None and old["generator"] == gen:  # its text as it was; its citations as this plan numbers them
-            cites = _cited_by(old, plans[cid]) if plans[cid].planned else {}
+        if old is not None and old["generator"] == gen:
+            # its text as it was; its citations as this plan numbers them (the same texts in the same
+            # order, whose rows may have other ids: a moved document's chunks, another community's members)
+            cites = cited_columns(old.get("summary") or "", old.get("rating_explanation") or "", findings_of(old.get("findings")),
+                                  plan_refs(plans[cid])) if plans[cid].planned else {}
             rows[cid] = {**old, **cites, "community_id": cid, "level": plans[cid].level}
             stats["reused"] += 1
     waiting = {cid for cid in todo if cid not in rows}
@@ -121,17 +124,6 @@ def write_reports(plans: dict[str, Plan], targets: list[str], existing: dict[str
                         later.add(parent)
         batch = sorted(c for c in later | {cid for cid in waiting if ready(cid)} if c in waiting)
     return rows, calls, stats
-
-
-def _cited_by(report: dict, plan: Plan) -> dict:
-    """A report's id columns as `plan` numbers the rows its references cite: a report reused for
-    a plan of the same input hash (the same texts, in the same order) whose rows have other ids
-    (a moved document's chunks, a community whose members' texts match another's) cites these."""
-    texts = [report.get("summary") or "", report.get("rating_explanation") or ""]
-    texts += [f"{f.get('summary', '')} {f.get('explanation', '')}" for f in findings_of(report.get("findings"))]
-    used = cited(texts, plan_refs(plan))
-    return {"entity_ids": used["Entities"], "relationship_ids": used["Relationships"], "chunk_ids": used["Sources"],
-            "sub_community_ids": used["Reports"]}
 
 
 def _check(plan: Plan, refs) -> Callable[[str], str | None]:
